@@ -1,0 +1,109 @@
+"""Measured draft acceptance, per backend and per (backend, prompt class).
+
+Two sources feed it: vLLM's per-request ``metrics.speculative_decoding`` summary (exact,
+opt-in on the engine) and, when that is absent, tokens per streamed chunk (one chunk per
+engine step carries 1 + accepted tokens, so ``(tokens/chunks - 1) / k`` estimates the rate).
+The scraped ``vllm:spec_decode_*_total`` counters give the per-backend rate (see scrape.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from proxy.policy import AcceptanceSettings
+
+
+@dataclass(slots=True)
+class _Window:
+    samples: deque[tuple[float, float]]
+    accepted: float = 0.0
+    drafted: float = 0.0
+    probe_counter: int = 0
+
+    def add(self, accepted: float, drafted: float) -> None:
+        if len(self.samples) == self.samples.maxlen:
+            old_acc, old_drafted = self.samples[0]
+            self.accepted -= old_acc
+            self.drafted -= old_drafted
+        self.samples.append((accepted, drafted))
+        self.accepted += accepted
+        self.drafted += drafted
+
+    @property
+    def rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted > 0 else None
+
+
+class AcceptanceTracker:
+    """Sliding windows of per-request acceptance, keyed by (backend, class)."""
+
+    def __init__(self, settings: AcceptanceSettings) -> None:
+        self.settings = settings
+        self._windows: dict[tuple[str, str], _Window] = {}
+
+    def configure(self, settings: AcceptanceSettings) -> None:
+        if settings.window != self.settings.window:
+            for key, window in list(self._windows.items()):
+                resized = _Window(deque(maxlen=settings.window))
+                for acc, drafted in window.samples:
+                    resized.add(acc, drafted)
+                self._windows[key] = resized
+        self.settings = settings
+
+    def _window(self, backend: str, label: str) -> _Window:
+        key = (backend, label)
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = _Window(deque(maxlen=self.settings.window))
+        return window
+
+    def observe(self, backend: str, label: str, accepted: float, drafted: float) -> None:
+        if drafted <= 0:
+            return
+        window = self._window(backend, label)
+        if self.below_floor(backend, label) and accepted / drafted >= self.settings.floor:
+            # A good probe of a backend we were avoiding: forget the bad window so traffic
+            # returns; if it is still bad, min_samples requests will show it again.
+            window.samples.clear()
+            window.accepted = window.drafted = 0.0
+        window.add(max(accepted, 0.0), drafted)
+
+    def rate(self, backend: str, label: str) -> tuple[float | None, int]:
+        """Windowed acceptance rate and how many requests it rests on."""
+        window = self._windows.get((backend, label))
+        if window is None:
+            return None, 0
+        return window.rate, len(window.samples)
+
+    def measured(self, backend: str, label: str) -> float | None:
+        """The windowed rate once it rests on enough requests, else ``None``."""
+        rate, samples = self.rate(backend, label)
+        return rate if samples >= self.settings.min_samples else None
+
+    def below_floor(self, backend: str, label: str) -> bool:
+        rate = self.measured(backend, label)
+        return rate is not None and rate < self.settings.floor
+
+    def take_probe(self, backend: str, label: str) -> bool:
+        """True once every ``probe_every`` calls: let one request through to notice recovery."""
+        window = self._window(backend, label)
+        window.probe_counter += 1
+        if window.probe_counter >= self.settings.probe_every:
+            window.probe_counter = 0
+            return True
+        return False
+
+    def snapshot(self) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for (backend, label), window in sorted(self._windows.items()):
+            out.append(
+                {
+                    "backend": backend,
+                    "class": label,
+                    "rate": window.rate,
+                    "samples": len(window.samples),
+                    "below_floor": self.below_floor(backend, label),
+                }
+            )
+        return out

@@ -1,0 +1,150 @@
+"""The ``specroute`` command: serve, sim, policy validate, bench."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from proxy.policy import PolicyError, load_policy
+from proxy.settings import Settings
+
+SETTINGS_ENV = "SPECROUTE_SETTINGS_JSON"
+
+
+def app_from_env() -> object:
+    """uvicorn factory for ``--workers N``: each worker rebuilds the same settings."""
+    from proxy.app import create_app
+
+    return create_app(Settings.model_validate_json(os.environ[SETTINGS_ENV]))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    settings = Settings.from_env(
+        {
+            "host": args.host,
+            "port": args.port,
+            "policy_path": args.config,
+            "workers": args.workers,
+            "redis_url": args.redis_url,
+            "admin_token": args.admin_token,
+            "upstream_client": args.upstream,
+            "log_level": args.log_level,
+        }
+    )
+    if settings.policy_path is not None:
+        try:
+            load_policy(settings.policy_path)
+        except PolicyError as exc:
+            print(exc, file=sys.stderr)
+            return 2
+    if settings.workers > 1:
+        if settings.policy_path is None:
+            print(
+                "--workers > 1 needs --config: each worker would start its own embedded fleet",
+                file=sys.stderr,
+            )
+            return 2
+        if not settings.redis_url and not load_policy(settings.policy_path).store.redis_url:
+            print(
+                "--workers > 1 needs a shared store, or each worker would count load alone: "
+                "set SPECROUTE_REDIS_URL / --redis-url (or store.redis_url in the policy)",
+                file=sys.stderr,
+            )
+            return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per health/metrics scrape would drown the log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    common = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "log_level": settings.log_level,
+        "access_log": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    if settings.workers > 1:
+        os.environ[SETTINGS_ENV] = settings.model_dump_json()
+        uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
+    else:
+        from proxy.app import create_app
+
+        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from proxy.gateway import Gateway
+
+    status = 0
+    for path in args.files:
+        try:
+            policy = load_policy(path)
+            Gateway.validate_policy(policy)
+        except PolicyError as exc:
+            print(exc, file=sys.stderr)
+            status = 1
+        except ValueError as exc:
+            print(f"{path}: invalid policy:\n  - {exc}", file=sys.stderr)
+            status = 1
+        else:
+            pools = ", ".join(policy.pool_names())
+            print(f"{path}: ok ({len(policy.backends)} backends, pools: {pools})")
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specroute", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser(
+        "serve", help="run the gateway (no --config: an embedded simulated fleet)"
+    )
+    serve.add_argument("--config", type=Path, help="policy YAML file (watched for changes)")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--workers", type=int, default=None)
+    serve.add_argument("--redis-url", default=None)
+    serve.add_argument("--admin-token", default=None)
+    serve.add_argument("--upstream", choices=["aiohttp", "httpx"], default=None)
+    serve.add_argument("--log-level", default=None)
+    serve.set_defaults(func=_serve)
+
+    policy = sub.add_parser("policy", help="policy tools")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    validate = policy_sub.add_parser("validate", help="check policy files offline")
+    validate.add_argument("files", nargs="+", type=Path)
+    validate.set_defaults(func=_validate)
+
+    sub.add_parser(
+        "sim", help="run a simulated vLLM backend (see 'specroute sim --help')", add_help=False
+    )
+    sub.add_parser("bench", help="benchmarks (see 'specroute bench --help')", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # sim and bench own their whole argument lists.
+    if argv and argv[0] == "sim":
+        from proxy.sim.cli import main as sim_main
+
+        return sim_main(argv[1:])
+    if argv and argv[0] == "bench":
+        from loadtests.cli import main as bench_main
+
+        return bench_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

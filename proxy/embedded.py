@@ -1,0 +1,71 @@
+"""The embedded default fleet: simulated vLLM backends started in-process.
+
+``specroute serve`` with no policy runs this, so a newcomer sees routing, metrics and
+shadow results with one command: a plain engine (the shadow reference), an n-gram engine
+(prompt lookup: pays on code and RAG) and an EAGLE-3-style engine (pays on chat too), all
+serving one model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+
+from proxy.sim.config import SimConfig
+from proxy.sim.server import SimServer
+
+MODEL = "sim-llama-8b"
+Method = Literal["none", "ngram", "draft_model", "eagle3"]
+_FLEET: tuple[tuple[str, str, Method, int], ...] = (
+    ("plain-0", "plain", "none", 0),
+    ("ngram-0", "ngram", "ngram", 4),
+    ("eagle3-0", "eagle3", "eagle3", 3),
+)
+
+
+@dataclass(slots=True)
+class EmbeddedFleet:
+    servers: list[SimServer]
+    policy_text: str
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            await server.stop()
+
+
+async def start_embedded_fleet(host: str = "127.0.0.1") -> EmbeddedFleet:
+    servers: list[SimServer] = []
+    backends = []
+    try:
+        for name, pool, method, k in _FLEET:
+            config = SimConfig(model=MODEL, speculation=method, k=max(k, 1), seed=len(servers))
+            server = SimServer(config, host=host, port=0)
+            await server.start()
+            servers.append(server)
+            backends.append(
+                {
+                    "name": name,
+                    "url": server.url,
+                    "model": MODEL,
+                    "pool": pool,
+                    "speculation": {"method": method, "k": k},
+                    "draft_version": "sim-v1" if k else "",
+                }
+            )
+    except BaseException:
+        for server in servers:
+            await server.stop()
+        raise
+    policy = {
+        "version": "embedded-default",
+        "backends": backends,
+        "pools": {
+            "ngram": {"break_even": {"mode": "learned", "concurrency": 48}},
+            "eagle3": {"break_even": {"mode": "learned", "concurrency": 64}},
+        },
+        "shadow": {"reference_pool": "plain", "rate": 0.05},
+    }
+    # JSON is valid YAML: the policy text shown by /admin/policy is exactly what runs.
+    return EmbeddedFleet(servers, orjson.dumps(policy, option=orjson.OPT_INDENT_2).decode())

@@ -1,0 +1,69 @@
+"""OpenAI-shaped errors.
+
+Every error the gateway itself produces has the body
+``{"error": {"message", "type", "param", "code"}}`` that the OpenAI SDKs turn into typed
+exceptions (``BadRequestError``, ``NotFoundError``...). Upstream errors are passed through
+with their own status and body instead.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+import orjson
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+
+
+class GatewayError(Exception):
+    """An error answered to the client as an OpenAI-shaped JSON body."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
+
+    def payload(self) -> dict[str, dict[str, str | int | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code
+                if self.code is not None
+                else HTTPStatus(self.status).phrase.lower().replace(" ", "_"),
+            }
+        }
+
+    def body(self) -> bytes:
+        return orjson.dumps(self.payload())
+
+    def sse_event(self) -> bytes:
+        """The same error as one SSE event, for failures after a stream has started."""
+        return b"data: " + self.body() + b"\n\n"

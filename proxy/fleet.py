@@ -1,0 +1,118 @@
+"""The live view of the backends: health, in-flight load and scraped engine state.
+
+The scheduler reads this view synchronously on the request path, so it is plain Python
+state; background tasks (health/metrics scrape, store sync) keep it fresh.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from proxy.policy import BackendSpec, Policy
+
+
+@dataclass(slots=True)
+class SpecCounters:
+    """Cumulative ``vllm:spec_decode_*_total`` counters of one backend, as last scraped."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class BackendState:
+    """One backend: its policy entry plus everything measured about it."""
+
+    spec: BackendSpec
+    healthy: bool = False
+    checked: bool = False
+    consecutive_failures: int = 0
+    last_error: str = ""
+    # In-flight requests: this replica's exact count, plus the other replicas' share as of
+    # the last store sync (exact locally, a sync interval stale for the others).
+    local_inflight: int = 0
+    others_inflight: int = 0
+    # Engine state scraped from /metrics.
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    spec_counters: SpecCounters | None = None
+    scraped_at: float = 0.0
+    # Acceptance over the last scrape interval(s) from the counters (None: no drafts yet).
+    window_acceptance: float | None = None
+    quarantined: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec.speculation.enabled
+
+    @property
+    def inflight(self) -> int:
+        return self.local_inflight + self.others_inflight
+
+    def mark_failure(self, reason: str, eject_after: int) -> None:
+        self.consecutive_failures += 1
+        self.last_error = reason
+        self.checked = True
+        if self.consecutive_failures >= eject_after:
+            self.healthy = False
+
+    def mark_success(self) -> None:
+        self.consecutive_failures = 0
+        self.last_error = ""
+        self.checked = True
+        self.healthy = True
+
+
+class Fleet:
+    """All backends of the active policy, keyed by name."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.backends: dict[str, BackendState] = {}
+        self.apply_policy(policy)
+
+    def apply_policy(self, policy: Policy) -> None:
+        """Swap in a new policy's backends, keeping what is known about unchanged ones."""
+        fresh: dict[str, BackendState] = {}
+        for spec in policy.backends:
+            old = self.backends.get(spec.name)
+            if old is not None and old.spec.url == spec.url:
+                old.spec = spec
+                fresh[spec.name] = old
+            else:
+                fresh[spec.name] = BackendState(spec=spec)
+        self.backends = fresh
+
+    def get(self, name: str) -> BackendState | None:
+        return self.backends.get(name)
+
+    def healthy_models(self) -> list[str]:
+        return sorted({b.spec.model for b in self.backends.values() if b.healthy})
+
+    def any_healthy(self) -> bool:
+        return any(b.healthy for b in self.backends.values())
+
+    def pool_inflight(self, pool: str) -> int:
+        return sum(b.inflight for b in self.backends.values() if b.spec.pool == pool)
+
+    def apply_fleet_inflight(
+        self, fleet_counts: dict[str, int], local_at_read: dict[str, int]
+    ) -> None:
+        """Record the other replicas' share from a fleet-wide read of the store."""
+        for name, backend in self.backends.items():
+            total = fleet_counts.get(name, 0)
+            backend.others_inflight = max(total - local_at_read.get(name, 0), 0)
+
+    def snapshot_local(self) -> dict[str, int]:
+        return {name: b.local_inflight for name, b in self.backends.items()}
+
+
+def now() -> float:
+    return time.monotonic()

@@ -1,0 +1,253 @@
+"""Prometheus metrics, one registry per app (no process-wide default registry).
+
+Request-path metrics are plain counters/histograms; fleet state (in-flight, health,
+acceptance, break-even) is read at scrape time by a collector, so the request path never
+updates gauges. The collector also re-exports the backends' ``vllm:spec_decode_*_total``
+counters summed per model, as vLLM names them, so tools that read a vLLM ``/metrics``
+(``vllm bench serve``'s speculative-decoding section) work through the gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from proxy.acceptance import AcceptanceTracker
+    from proxy.breakeven import BreakEvenModel
+    from proxy.fleet import Fleet
+    from proxy.store import Store
+
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.5,
+    5,
+    10,
+    20,
+    40,
+)
+TPOT_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1,
+)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "specroute_requests",
+            "Requests relayed, by backend, pool, prompt class and result",
+            ["backend", "pool", "class", "result"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "specroute_route_decisions",
+            "Routing decisions by chosen pool, reason and prompt class",
+            ["pool", "reason", "class"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "specroute_errors",
+            "Errors answered by the gateway itself, by status and code",
+            ["status", "code"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "specroute_retries",
+            "Attempts moved to another backend before the first byte",
+            ["backend", "kind"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "specroute_ttft_seconds",
+            "Time to first byte of the response, per pool",
+            ["pool"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "specroute_tpot_seconds",
+            "Time per output token after the first, per pool",
+            ["pool"],
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.shadow = Counter(
+            "specroute_shadow",
+            "Shadow verifications by backend, pool, draft version and outcome",
+            ["backend", "pool", "draft_version", "outcome"],
+            registry=r,
+        )
+        self.shadow_dropped = Counter(
+            "specroute_shadow_dropped",
+            "Shadow samples dropped (queue full)",
+            ["reason"],
+            registry=r,
+        )
+        self.policy_reloads = Counter(
+            "specroute_policy_reloads",
+            "Policy reload attempts by result",
+            ["result"],
+            registry=r,
+        )
+
+    def add_collector(self, collector: Collector) -> None:
+        self.registry.register(collector)
+
+
+class CallbackGauge(Collector):
+    """A gauge whose value is read from a callable at scrape time."""
+
+    def __init__(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        self._name = name
+        self._doc = documentation
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self._name, self._doc, value=float(self._read()))
+
+
+class FleetCollector(Collector):
+    """Fleet state as gauges, computed when Prometheus scrapes."""
+
+    def __init__(
+        self,
+        fleet: Callable[[], Fleet],
+        acceptance: AcceptanceTracker,
+        break_even: BreakEvenModel,
+        store: Callable[[], Store],
+    ) -> None:
+        self._fleet = fleet
+        self._acceptance = acceptance
+        self._break_even = break_even
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        fleet = self._fleet()
+        inflight = GaugeMetricFamily(
+            "specroute_backend_inflight",
+            "Open requests per backend (fleet-wide)",
+            labels=["backend", "pool"],
+        )
+        healthy = GaugeMetricFamily(
+            "specroute_backend_healthy",
+            "1 if the backend passes health checks",
+            labels=["backend", "pool"],
+        )
+        quarantined = GaugeMetricFamily(
+            "specroute_backend_quarantined",
+            "1 if quarantined for output drift",
+            labels=["backend", "pool"],
+        )
+        window = GaugeMetricFamily(
+            "specroute_backend_acceptance_rate",
+            "Draft acceptance over the last scrape window (vLLM counters)",
+            labels=["backend", "pool"],
+        )
+        totals: dict[tuple[str, str], list[float]] = {}
+        positions: dict[tuple[str, int], float] = {}
+        for b in fleet.backends.values():
+            labels = [b.name, b.spec.pool]
+            inflight.add_metric(labels, b.inflight)
+            healthy.add_metric(labels, 1.0 if b.healthy else 0.0)
+            quarantined.add_metric(labels, 1.0 if b.quarantined else 0.0)
+            if b.window_acceptance is not None:
+                window.add_metric(labels, b.window_acceptance)
+            if b.spec_counters is not None:
+                c = b.spec_counters
+                acc = totals.setdefault((b.spec.model, "0"), [0.0, 0.0, 0.0])
+                acc[0] += c.drafts
+                acc[1] += c.draft_tokens
+                acc[2] += c.accepted
+                for pos, value in c.per_position.items():
+                    positions[(b.spec.model, pos)] = positions.get((b.spec.model, pos), 0.0) + value
+        yield from (inflight, healthy, quarantined, window)
+
+        per_class = GaugeMetricFamily(
+            "specroute_acceptance_rate",
+            "Windowed per-request acceptance by backend and prompt class",
+            labels=["backend", "class"],
+        )
+        for row in self._acceptance.snapshot():
+            if row["rate"] is not None:
+                per_class.add_metric([str(row["backend"]), str(row["class"])], float(row["rate"]))  # type: ignore[arg-type]
+        yield per_class
+
+        be = GaugeMetricFamily(
+            "specroute_break_even_concurrency",
+            "Break-even concurrency in force per speculative pool",
+            labels=["pool", "mode"],
+        )
+        learned = GaugeMetricFamily(
+            "specroute_break_even_learned",
+            "Learned break-even concurrency (absent until enough samples)",
+            labels=["pool"],
+        )
+        for row in self._break_even.snapshot():
+            be.add_metric([str(row["pool"]), str(row["mode"])], float(row["threshold"]))  # type: ignore[arg-type]
+            if row["learned"] is not None:
+                learned.add_metric([str(row["pool"])], float(row["learned"]))  # type: ignore[arg-type]
+        yield be
+        yield learned
+
+        health = self._store().health()
+        degraded = GaugeMetricFamily(
+            "specroute_store_degraded", "1 while the shared store is unreachable", labels=["store"]
+        )
+        degraded.add_metric([health.backend], 1.0 if health.degraded else 0.0)
+        yield degraded
+
+        names = (
+            "vllm:spec_decode_num_drafts",
+            "vllm:spec_decode_num_draft_tokens",
+            "vllm:spec_decode_num_accepted_tokens",
+        )
+        helps = (
+            "Number of spec decoding drafts.",
+            "Number of draft tokens.",
+            "Number of accepted tokens.",
+        )
+        for i, (name, text) in enumerate(zip(names, helps, strict=True)):
+            family = CounterMetricFamily(name, text, labels=["model_name", "engine"])
+            for (model, engine), values in sorted(totals.items()):
+                family.add_metric([model, engine], values[i])
+            if totals:
+                yield family
+        if positions:
+            per_pos = CounterMetricFamily(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels=["model_name", "engine", "position"],
+            )
+            for (model, pos), value in sorted(positions.items()):
+                per_pos.add_metric([model, "0", str(pos)], value)
+            yield per_pos

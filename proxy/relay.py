@@ -1,0 +1,261 @@
+"""Relaying one backend response to the client over raw ASGI ``send``.
+
+Streams go through as the bytes the backend produced, cut only at SSE event boundaries
+(so a backend dying mid-event never leaves half an event on the wire). The relay looks
+inside the bytes only where it must: a substring test per read for the usage event
+(tokens, per-request acceptance), and full parsing only for requests sampled for shadow
+verification. Measured figures go into an :class:`Outcome` for the observers.
+
+Why raw ``send`` rather than Starlette's ``StreamingResponse``: the latter wraps every
+chunk in an async generator and runs a task group per response; at tens of thousands of
+chunks per second that was the gateway's largest cost (see loadtests/README.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from proxy.errors import GatewayError
+from proxy.upstream import UpstreamError, UpstreamResponse
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
+
+DONE = b"data: [DONE]\n\n"
+_EVENT_END = b"\n\n"
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one relayed request measured; consumed by observers after the response."""
+
+    backend: str
+    pool: str
+    speculative: bool
+    label: str
+    load: int
+    started: float
+    status: int = 0
+    ok: bool = False
+    first_byte: float | None = None
+    finished: float = 0.0
+    events: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    spec: dict[str, Any] | None = None
+    text: list[str] | None = None
+    error: str | None = None
+    client_gone: bool = False
+    attempts: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_byte is None else self.first_byte - self.started
+
+    @property
+    def tpot(self) -> float | None:
+        """Seconds per output token after the first (vLLM bench's definition)."""
+        tokens = self.completion_tokens
+        if self.first_byte is None or not tokens or tokens < 2:
+            return None
+        return (self.finished - self.first_byte) / (tokens - 1)
+
+
+def spec_metrics(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """vLLM's per-request ``metrics.speculative_decoding`` summary, wherever it sits."""
+    for holder in (obj.get("metrics"), (obj.get("usage") or {}).get("metrics")):
+        if isinstance(holder, dict):
+            found = holder.get("speculative_decoding")
+            if isinstance(found, dict):
+                return found
+    return None
+
+
+def absorb_usage(outcome: Outcome, obj: dict[str, Any]) -> None:
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        outcome.prompt_tokens = usage.get("prompt_tokens", outcome.prompt_tokens)
+        outcome.completion_tokens = usage.get("completion_tokens", outcome.completion_tokens)
+    found = spec_metrics(obj)
+    if found is not None:
+        outcome.spec = found
+
+
+def capture_text(outcome: Outcome, obj: dict[str, Any]) -> None:
+    if outcome.text is None:
+        return
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta")
+        piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if piece:
+            outcome.text.append(piece)
+        message = choice.get("message")
+        if isinstance(message, dict) and message.get("content"):
+            outcome.text.append(message["content"])
+
+
+class _Cancelled(Exception):
+    """Why the relay task was cancelled from outside: client gone or upstream idle."""
+
+
+class StreamRelay:
+    """Forward one SSE response, watching the client and the upstream's idleness."""
+
+    def __init__(
+        self,
+        send: Send,
+        receive: Receive,
+        upstream: UpstreamResponse,
+        outcome: Outcome,
+        *,
+        idle_timeout_s: float,
+        strip_usage: bool,
+    ) -> None:
+        self._send = send
+        self._receive = receive
+        self._upstream = upstream
+        self._outcome = outcome
+        self._idle_timeout = idle_timeout_s
+        self._strip_usage = strip_usage
+        self._last = 0.0
+        self._why: str | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- cancellation sources ---------------------------------------------------------------
+    def _cancel(self, why: str) -> None:
+        if self._why is None and self._task is not None:
+            self._why = why
+            self._task.cancel()
+
+    def _check_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        idle = loop.time() - self._last
+        if idle >= self._idle_timeout:
+            self._cancel("idle")
+        else:
+            self._timer = loop.call_later(self._idle_timeout - idle, self._check_idle)
+
+    async def _watch_client(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._cancel("client")
+                return
+
+    # -- the relay -----------------------------------------------------------------------------
+    async def run(self, first: bytes) -> None:
+        """Relay ``first`` (already read) and the rest; the response must have started."""
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._last = loop.time()
+        self._timer = loop.call_later(self._idle_timeout, self._check_idle)
+        watcher = loop.create_task(self._watch_client())
+        outcome = self._outcome
+        try:
+            await self._pump(first, loop)
+        except asyncio.CancelledError:
+            if self._why is None or self._task is None:
+                raise
+            self._task.uncancel()
+            if self._why == "client":
+                outcome.client_gone = True
+                outcome.error = "client disconnected"
+            else:
+                outcome.error = f"upstream idle for more than {self._idle_timeout:g}s"
+                await self._fail(GatewayError(504, outcome.error, code="upstream_idle_timeout"))
+        except UpstreamError as exc:
+            outcome.error = f"backend {outcome.backend} broke the stream: {exc.detail}"
+            await self._fail(GatewayError(502, outcome.error, code="upstream_stream_broken"))
+        finally:
+            self._why = self._why or "done"
+            if self._timer is not None:
+                self._timer.cancel()
+            watcher.cancel()
+            outcome.finished = time.monotonic()
+            if outcome.ok:
+                await self._upstream.release()
+            else:
+                # Drop the connection: vLLM aborts the request and frees its batch slot.
+                await self._upstream.abort()
+
+    async def _pump(self, data: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        send = self._send
+        upstream = self._upstream
+        outcome = self._outcome
+        strip = self._strip_usage
+        inspect_all = outcome.text is not None
+        pending = b""
+        saw_done = False
+        while True:
+            if pending:
+                data = pending + data
+                pending = b""
+            cut = data.rfind(_EVENT_END)
+            if cut < 0:
+                pending = data
+            else:
+                end = cut + 2
+                if end != len(data):
+                    pending = data[end:]
+                    data = data[:end]
+                if inspect_all or b'"usage"' in data:
+                    data = self._inspect(data, strip)
+                outcome.events += data.count(_EVENT_END)
+                if data.endswith(DONE):
+                    saw_done = True
+                if data:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+            data = await upstream.next_chunk()
+            self._last = loop.time()
+            if not data:
+                break
+        if saw_done and not pending.strip():
+            outcome.ok = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        outcome.error = f"backend {outcome.backend} ended the stream without [DONE]"
+        await self._fail(GatewayError(502, outcome.error, code="upstream_stream_truncated"))
+
+    def _inspect(self, data: bytes, strip: bool) -> bytes:
+        """Parse the events of ``data`` that matter; drop the usage event if injected."""
+        outcome = self._outcome
+        kept: list[bytes] = []
+        dropped = False
+        for event in data.split(_EVENT_END)[:-1]:
+            payload = event[6:] if event.startswith(b"data: ") else b""
+            if not payload or payload == b"[DONE]" or payload[:1] != b"{":
+                kept.append(event)
+                continue
+            try:
+                obj = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                kept.append(event)
+                continue
+            if obj.get("usage"):
+                absorb_usage(outcome, obj)
+            capture_text(outcome, obj)
+            if strip and obj.get("usage") and not obj.get("choices"):
+                dropped = True
+                continue
+            kept.append(event)
+        if not dropped:
+            return data
+        return b"".join(event + _EVENT_END for event in kept)
+
+    async def _fail(self, error: GatewayError) -> None:
+        """End a started stream visibly: an OpenAI error event, then a clean end."""
+        self._outcome.ok = False
+        with contextlib.suppress(OSError):
+            await self._send(
+                {"type": "http.response.body", "body": error.sse_event() + DONE, "more_body": False}
+            )

@@ -1,0 +1,76 @@
+"""Filters: which backends may serve this request at all."""
+
+from __future__ import annotations
+
+from proxy.fleet import BackendState
+from proxy.scheduler.base import SchedulingContext
+
+
+class ModelFilter:
+    """Backends that serve the requested model."""
+
+    name = "model"
+    soft = False
+
+    def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+        model = ctx.request.model
+        return [b for b in backends if b.spec.model == model]
+
+
+class HealthyFilter:
+    """Backends whose last health checks passed (and not excluded by a failed attempt)."""
+
+    name = "healthy"
+    soft = False
+
+    def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+        exclude = ctx.request.exclude
+        return [b for b in backends if b.healthy and b.name not in exclude]
+
+
+class QuarantineFilter:
+    """Backends quarantined for output drift get no traffic while others can serve."""
+
+    name = "quarantine"
+    soft = True
+
+    def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+        return [b for b in backends if b.quarantined is None]
+
+
+class CapacityFilter:
+    """Backends below their configured concurrency limit (fleet-wide in-flight count)."""
+
+    name = "capacity"
+    soft = False
+
+    def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+        return [b for b in backends if b.inflight < b.spec.max_concurrency]
+
+
+class AcceptanceFloorFilter:
+    """Speculative backends whose acceptance for this prompt class fell below the floor.
+
+    Such a backend would spend verification compute for nothing, so it is avoided for that
+    class, except one request in ``probe_every`` which goes through to notice recovery.
+    """
+
+    name = "acceptance_floor"
+    soft = True
+
+    def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+        label = ctx.request.label
+        tracker = ctx.acceptance
+        kept: list[BackendState] = []
+        for backend in backends:
+            if backend.speculative and tracker.below_floor(backend.name, label):
+                if ctx.forced is None and tracker.take_probe(backend.name, label):
+                    # A probe must really reach the backend, whatever the scorers think.
+                    ctx.notes[backend.name] = "acceptance probe"
+                    ctx.forced = backend.name
+                    kept.append(backend)
+                else:
+                    ctx.notes[backend.name] = "acceptance below floor"
+                continue
+            kept.append(backend)
+        return kept

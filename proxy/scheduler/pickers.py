@@ -1,0 +1,60 @@
+"""Pickers: order the scored candidates (first choice, then fallbacks for retries)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from proxy.scheduler.base import Candidate, SchedulingContext
+
+
+class MaxScorePicker:
+    """Highest weighted score first; near-ties broken at random so equal backends share load."""
+
+    name = "max_score"
+
+    def __init__(self, tie_epsilon: float = 1e-6, seed: int | None = None) -> None:
+        self.tie_epsilon = tie_epsilon
+        self._random = random.Random(seed)
+
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
+        if not candidates:
+            return []
+        # A random key per candidate, then a stable sort on the rounded score: equal scores
+        # land in random order without a second pass.
+        rnd = self._random.random
+        scale = 1.0 / self.tie_epsilon
+        keyed = sorted(candidates, key=lambda c: (-round(c.total * scale), rnd()))
+        if ctx.forced is not None:
+            keyed.sort(key=lambda c: c.backend.name != ctx.forced)
+        return keyed
+
+
+class RandomPicker:
+    """Uniform random order (a baseline for comparisons)."""
+
+    name = "random"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._random = random.Random(seed)
+
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
+        ordered = list(candidates)
+        self._random.shuffle(ordered)
+        return ordered
+
+
+class RoundRobinPicker:
+    """Rotate through the candidates in name order (what simple gateways do)."""
+
+    name = "round_robin"
+
+    def __init__(self) -> None:
+        self._turn = 0
+
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
+        ordered = sorted(candidates, key=lambda c: c.backend.name)
+        if not ordered:
+            return []
+        self._turn = (self._turn + 1) % len(ordered)
+        return ordered[self._turn :] + ordered[: self._turn]

@@ -1,0 +1,60 @@
+"""Process settings: one object, filled from CLI flags and ``SPECROUTE_*`` variables.
+
+Everything that belongs to the fleet and routing lives in the policy file (hot-reloadable);
+what is here is fixed for the life of the process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ENV_PREFIX = "SPECROUTE_"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    policy_path: Path | None = Field(
+        default=None, description="policy YAML; None runs the embedded simulated fleet"
+    )
+    watch_policy: bool = True
+    policy_poll_s: float = Field(default=1.0, gt=0)
+    admin_token: str | None = Field(
+        default=None, description="bearer token for /admin; None allows loopback clients only"
+    )
+    redis_url: str | None = None
+    workers: int = Field(default=1, ge=1)
+
+    upstream_client: Literal["aiohttp", "httpx"] = "aiohttp"
+    connect_timeout_s: float = Field(default=3.0, gt=0)
+    first_byte_timeout_s: float = Field(default=60.0, gt=0)
+    idle_timeout_s: float = Field(default=30.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    upstream_pool_size: int = Field(default=1024, ge=1)
+
+    scrape_interval_s: float = Field(default=2.0, gt=0)
+    health_failures_to_eject: int = Field(default=2, ge=1)
+    store_sync_interval_s: float = Field(default=0.1, gt=0)
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(
+        cls, overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Settings from ``SPECROUTE_<FIELD>`` variables, then explicit ``overrides``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                values[name] = raw
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        return cls.model_validate(values)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite, set-up included, on a fresh machine (what `make test` and CI run).
+# Extra arguments go to pytest (e.g. `-m "not e2e"` or a path).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+log "gateway venv (.venv)"
+make --no-print-directory .venv/.specroute-installed
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  log "installing redis-server"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+fi
+redis-server --version
+
+wants_e2e=1
+for arg in "$@"; do
+  case "$arg" in *"not e2e"*) wants_e2e=0 ;; esac
+done
+if [ "$wants_e2e" = 1 ]; then
+  log "vLLM CPU venv (.venv-vllm) and tiny models"
+  bash deploy/vllm/cpu/install.sh
+fi
+
+log "lint (ruff) and types (mypy --strict proxy)"
+.venv/bin/ruff check proxy tests loadtests
+.venv/bin/mypy proxy
+
+log "pytest"
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider -ra "$@"
+status=$?
+set -e
+if [ "$status" = 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$status"

@@ -1,0 +1,3 @@
+"""Shared fixtures: the redis-server fixture lives in tests/fixtures/redis.py."""
+
+pytest_plugins = ["tests.fixtures.redis"]

@@ -1,0 +1,139 @@
+"""Failures around the relay: retries, dead backends, broken and stalled streams, client
+disconnects, timeouts. Nothing may be lost silently and nothing may hang."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from proxy.settings import Settings
+from proxy.sim.config import Faults, SimConfig
+from proxy.sim.server import SimServer, run_sim_in_thread
+from tests.gateway_rig import free_port, run_gateway, sim_backend, write_policy
+
+MODEL = "sim-llama-8b"
+CHAT = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
+
+
+@pytest.fixture
+def healthy() -> Iterator[SimServer]:
+    with run_sim_in_thread(SimConfig()) as sim:
+        yield sim
+
+
+def gateway(tmp_path: Path, backends: list[dict[str, Any]], **settings: Any) -> Any:
+    path = write_policy(tmp_path / "policy.yaml", {"backends": backends})
+    return run_gateway(Settings(policy_path=path, port=0, **settings))
+
+
+def events(raw: bytes) -> list[bytes]:
+    return [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e]
+
+
+def test_5xx_before_first_byte_is_retried_elsewhere(tmp_path: Path, healthy: SimServer) -> None:
+    with run_sim_in_thread(SimConfig(faults=Faults(error_rate=1.0))) as failing:
+        backends = [sim_backend("failing", failing.url, "plain"), sim_backend("ok", healthy.url, "plain")]
+        with gateway(tmp_path, backends) as gw:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+            served = set()
+            for _ in range(12):
+                raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=CHAT, max_tokens=4)
+                served.add(raw.headers["x-specroute-backend"])
+            assert served == {"ok"}
+            text = httpx.get(gw.url + "/metrics").text
+            assert 'specroute_retries_total{backend="failing"' in text
+
+
+def test_all_backends_failing_keeps_upstream_status_and_message(tmp_path: Path) -> None:
+    with run_sim_in_thread(SimConfig(faults=Faults(error_rate=1.0, error_status=503))) as failing:
+        with gateway(tmp_path, [sim_backend("failing", failing.url, "plain")]) as gw:
+            resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10)
+            assert resp.status_code == 503
+            assert resp.json()["error"]["message"]
+
+
+def test_no_healthy_backend_is_503_and_not_ready(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with gateway(tmp_path, [sim_backend("dead", dead, "plain")]) as gw:
+        assert httpx.get(gw.url + "/ready").status_code == 503
+        resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10)
+        assert resp.status_code == 503
+        assert resp.json()["error"]["code"] == "no_healthy_backend"
+        with pytest.raises(openai.InternalServerError):
+            openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0).chat.completions.create(model=MODEL, messages=CHAT)
+
+
+def test_connection_refused_is_retried_and_backend_ejected(tmp_path: Path, healthy: SimServer) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    backends = [sim_backend("dead", dead, "plain"), sim_backend("ok", healthy.url, "plain")]
+    with gateway(tmp_path, backends, scrape_interval_s=30) as gw:
+        gw.call(lambda: setattr(gw.gateway.fleet.backends["dead"], "healthy", True))  # as if it just died
+        for _ in range(6):
+            resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT, "max_tokens": 3}, timeout=10)
+            assert resp.status_code == 200
+            assert resp.headers["x-specroute-backend"] == "ok"
+        assert gw.call(lambda: gw.gateway.fleet.backends["dead"].healthy) is False
+
+
+def test_backend_dying_mid_stream_ends_with_an_error_event(tmp_path: Path) -> None:
+    with run_sim_in_thread(SimConfig(faults=Faults(disconnect_after_tokens=5))) as flaky:
+        with gateway(tmp_path, [sim_backend("flaky", flaky.url, "plain")]) as gw:
+            body = {"model": MODEL, "messages": CHAT, "max_tokens": 40, "stream": True}
+            raw = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10).content
+            parts = events(raw)
+            assert parts[-1] == b"[DONE]"
+            error = orjson.loads(parts[-2])["error"]
+            assert error["code"] in {"upstream_stream_broken", "upstream_stream_truncated"}
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+            with pytest.raises(openai.APIError):
+                for _ in client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, stream=True):
+                    pass
+
+
+def test_stalled_backend_hits_the_idle_timeout(tmp_path: Path) -> None:
+    with run_sim_in_thread(SimConfig(faults=Faults(stall_ms=5000, stall_after_tokens=2))) as stalling:
+        with gateway(tmp_path, [sim_backend("stalling", stalling.url, "plain")], idle_timeout_s=0.5) as gw:
+            started = time.monotonic()
+            body = {"model": MODEL, "messages": CHAT, "max_tokens": 30, "stream": True}
+            raw = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10).content
+            assert time.monotonic() - started < 4
+            assert orjson.loads(events(raw)[-2])["error"]["code"] == "upstream_idle_timeout"
+            # The stalled sequence was aborted on the backend, not left running.
+            deadline = time.monotonic() + 5
+            while stalling.engine.num_running and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert stalling.engine.num_running == 0
+
+
+def test_slow_first_byte_is_retried_on_another_backend(tmp_path: Path, healthy: SimServer) -> None:
+    with run_sim_in_thread(SimConfig(faults=Faults(ttft_delay_ms=3000))) as slow:
+        backends = [sim_backend("slow", slow.url, "plain"), sim_backend("ok", healthy.url, "plain")]
+        with gateway(tmp_path, backends, first_byte_timeout_s=0.5) as gw:
+            for _ in range(4):
+                resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT, "max_tokens": 3, "stream": True}, timeout=10)
+                assert resp.status_code == 200
+                assert resp.headers["x-specroute-backend"] == "ok"
+
+
+def test_client_disconnect_frees_the_backend_slot(tmp_path: Path) -> None:
+    with run_sim_in_thread(SimConfig(faults=Faults(stall_ms=20_000, stall_after_tokens=3))) as sim:
+        with gateway(tmp_path, [sim_backend("b", sim.url, "plain")]) as gw:
+            body = {"model": MODEL, "messages": CHAT, "max_tokens": 200, "stream": True}
+            with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, timeout=10) as resp:
+                for _ in resp.iter_raw():
+                    break  # read a little, then hang up while the backend is stalled
+            deadline = time.monotonic() + 5
+            while (sim.engine.num_running or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sim.engine.num_running == 0
+            assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
+            text = httpx.get(gw.url + "/metrics").text
+            assert 'result="client_gone"' in text
+
