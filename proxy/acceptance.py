@@ -34,6 +34,14 @@ class _Window:
     def rate(self) -> float | None:
         return self.accepted / self.drafted if self.drafted > 0 else None
 
+    def recent_rate(self, count: int) -> float | None:
+        accepted = drafted = 0.0
+        for i in range(1, min(count, len(self.samples)) + 1):
+            acc, dr = self.samples[-i]
+            accepted += acc
+            drafted += dr
+        return accepted / drafted if drafted > 0 else None
+
 
 class AcceptanceTracker:
     """Sliding windows of per-request acceptance, keyed by (backend, class)."""
@@ -82,7 +90,15 @@ class AcceptanceTracker:
         return rate if samples >= self.settings.min_samples else None
 
     def below_floor(self, backend: str, label: str) -> bool:
-        rate = self.measured(backend, label)
+        """Whether the last ``recent`` requests fell below the floor (with enough evidence).
+
+        Judged on a short window so a collapse is acted on within a few requests, while
+        the score uses the longer window.
+        """
+        window = self._windows.get((backend, label))
+        if window is None or len(window.samples) < self.settings.min_samples:
+            return False
+        rate = window.recent_rate(self.settings.recent)
         return rate is not None and rate < self.settings.floor
 
     def take_probe(self, backend: str, label: str) -> bool:

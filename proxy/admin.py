@@ -120,6 +120,21 @@ def admin_router() -> APIRouter:
         await request.app.state.shadow.set_quarantine(backend, None)
         return OrjsonResponse({"backend": backend, "quarantined": False})
 
+    @router.get("/canary")
+    async def canary_state(request: Request) -> OrjsonResponse:
+        canary = request.app.state.canary
+        history = [e.record for e in await gateway(request).store.recent("canary:audit", 100)]
+        return OrjsonResponse({**canary.snapshot(), "history": history})
+
+    @router.post("/canary/{action}")
+    async def canary_action(request: Request, action: str) -> OrjsonResponse:
+        if action not in ("pause", "resume", "promote", "rollback"):
+            raise GatewayError(404, f"unknown canary action {action!r}", param="action")
+        try:
+            return OrjsonResponse(await request.app.state.canary.command(action))
+        except ValueError as exc:
+            raise GatewayError(409, str(exc), code="canary_conflict") from exc
+
     @router.post("/explain")
     async def explain(request: Request) -> OrjsonResponse:
         """Route a request body without sending it anywhere; show every score."""

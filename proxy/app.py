@@ -17,9 +17,10 @@ from starlette.routing import Route
 
 from proxy.admin import admin_router
 from proxy.api import public_router
+from proxy.canary import CanaryController
 from proxy.errors import GatewayError
 from proxy.gateway import Gateway
-from proxy.metrics import CallbackGauge, FleetCollector, GatewayMetrics
+from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
 from proxy.policy import load_policy
 from proxy.policy_manager import PolicyManager, PolicyVersion
 from proxy.responses import OrjsonResponse
@@ -108,6 +109,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.add_collector(
         CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
     )
+    canary = CanaryController(store, metrics)
+    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
+    gateway.scheduler.extras["canary"] = canary
+    gateway.hooks.append(canary.hook)
+    shadow.listeners.append(canary.on_shadow)
+    shadow.rate_overrides = canary.shadow_rates
+    gateway.policy_listeners.append(lambda p: canary.configure(p.canary, p.baseline_speculative()))
+    metrics.add_collector(CanaryCollector(canary.snapshot))
+    app.state.canary = canary
     app.state.shadow = shadow
     app.state.gateway = gateway
     app.state.policy_manager = manager
@@ -124,6 +134,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _spawn(tasks, _sync_inflight(gateway, settings.store_sync_interval_s), "inflight-sync")
         _spawn(tasks, manager.follow_store(), "policy-follow")
         _spawn(tasks, shadow.run(), "shadow")
+        _spawn(tasks, canary.run(), "canary")
         if settings.watch_policy and settings.policy_path is not None:
             _spawn(tasks, manager.watch_file(settings.policy_poll_s), "policy-watch")
         yield

@@ -10,7 +10,7 @@ counters summed per model, as vLLM names them, so tools that read a vLLM ``/metr
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -134,6 +134,28 @@ class CallbackGauge(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(self._name, self._doc, value=float(self._read()))
+
+
+class CanaryCollector(Collector):
+    """State and traffic share of the configured canary."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        state = GaugeMetricFamily(
+            "specroute_canary_state", "1 for the canary's current state", labels=["canary", "state"]
+        )
+        share = GaugeMetricFamily(
+            "specroute_canary_share", "Traffic share sent to the canary", labels=["canary"]
+        )
+        if snap.get("configured"):
+            for name in ("running", "paused", "promoted", "rolled_back"):
+                state.add_metric([snap["name"], name], 1.0 if snap["state"] == name else 0.0)
+            share.add_metric([snap["name"]], snap["share"])
+        yield state
+        yield share
 
 
 class FleetCollector(Collector):

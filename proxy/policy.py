@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from proxy.canary_config import CanaryConfig
 from proxy.classify import ClassifierConfig
 from proxy.shadow_config import ShadowConfig
 
@@ -75,10 +76,8 @@ class PluginSpec(_Strict):
 
 
 def _default_filters() -> list[PluginSpec]:
-    return [
-        PluginSpec(type=name)
-        for name in ("model", "healthy", "quarantine", "capacity", "acceptance_floor")
-    ]
+    names = ("model", "healthy", "quarantine", "canary", "capacity", "acceptance_floor")
+    return [PluginSpec(type=name) for name in names]
 
 
 def _default_scorers() -> list[PluginSpec]:
@@ -100,18 +99,23 @@ class AcceptanceSettings(_Strict):
 
     window: int = Field(default=50, ge=1, description="requests per (backend, class) window")
     floor: float = Field(default=0.25, ge=0, le=1)
+    recent: int = Field(
+        default=8, ge=1, description="requests the floor is judged on (a collapse shows fast)"
+    )
     min_samples: int = Field(default=5, ge=1)
     probe_every: int = Field(
         default=20, ge=1, description="send 1 in N requests to a backend below the floor"
     )
     priors: dict[str, dict[str, float]] = Field(
+        # Draft acceptance rates (accepted / drafted tokens) to assume per method and class
+        # until measured: prompt lookup copies from code and retrieved text, barely from chat.
         default_factory=lambda: {
-            "ngram": {"code": 0.7, "rag": 0.75, "chat": 0.2},
-            "suffix": {"code": 0.7, "rag": 0.75, "chat": 0.25},
-            "draft_model": {"code": 0.6, "rag": 0.6, "chat": 0.55},
-            "eagle": {"code": 0.65, "rag": 0.6, "chat": 0.6},
-            "eagle3": {"code": 0.75, "rag": 0.7, "chat": 0.7},
-            "mtp": {"code": 0.7, "rag": 0.7, "chat": 0.65},
+            "ngram": {"code": 0.5, "rag": 0.55, "chat": 0.1},
+            "suffix": {"code": 0.5, "rag": 0.55, "chat": 0.12},
+            "draft_model": {"code": 0.5, "rag": 0.5, "chat": 0.45},
+            "eagle": {"code": 0.5, "rag": 0.45, "chat": 0.45},
+            "eagle3": {"code": 0.6, "rag": 0.55, "chat": 0.5},
+            "mtp": {"code": 0.55, "rag": 0.55, "chat": 0.5},
         }
     )
 
@@ -132,7 +136,7 @@ class Policy(_Strict):
     store: StoreSpec = StoreSpec()
     # Sections owned by later features are validated by their own models when present.
     shadow: ShadowConfig = ShadowConfig()
-    canary: dict[str, Any] | None = None
+    canary: CanaryConfig | None = None
 
     @model_validator(mode="after")
     def _check_fleet(self) -> Policy:
@@ -155,10 +159,32 @@ class Policy(_Strict):
                 "every backend of a pool must use the same speculation method; "
                 f"mixed pools: {', '.join(mixed)}"
             )
+        if self.canary is not None:
+            self._check_canary(self.canary)
         unknown = sorted(set(self.pools) - set(methods))
         if unknown:
             raise ValueError(f"pools section names pools without backends: {', '.join(unknown)}")
         return self
+
+    def _check_canary(self, canary: CanaryConfig) -> None:
+        by_name = {b.name: b for b in self.backends}
+        missing = [n for n in canary.candidates + canary.baseline if n not in by_name]
+        if missing:
+            raise ValueError(f"canary names unknown backends: {', '.join(missing)}")
+        if set(canary.candidates) & set(canary.baseline):
+            raise ValueError("canary candidates and baseline must differ")
+        plain = [n for n in canary.candidates if not by_name[n].speculation.enabled]
+        if plain:
+            raise ValueError(f"canary candidates must use speculation: {', '.join(plain)}")
+        if not any(f.type == "canary" for f in self.routing.filters):
+            raise ValueError("a canary needs the 'canary' filter in routing.filters")
+
+    def baseline_speculative(self) -> bool:
+        """Whether the canary's baseline drafts too (acceptance can then be compared)."""
+        if self.canary is None:
+            return False
+        by_name = {b.name: b for b in self.backends}
+        return all(by_name[n].speculation.enabled for n in self.canary.baseline)
 
     def pool_names(self) -> list[str]:
         return sorted({b.pool for b in self.backends})

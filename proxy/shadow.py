@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,10 @@ class ShadowVerifier:
         self._drift: dict[str, deque[bool]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self.dropped = 0
+        # Rates set by other components (a canary shadows its candidates heavily) and
+        # listeners told of each verdict (the canary's drift evidence).
+        self.rate_overrides: Callable[[], dict[str, float]] = dict
+        self.listeners: list[Callable[[str, str], None]] = []
 
     def configure(self, config: ShadowConfig) -> None:
         self.config = config
@@ -90,7 +95,9 @@ class ShadowVerifier:
             return
         backend = self.fleet.get(outcome.backend)
         draft_version = backend.spec.draft_version if backend else ""
-        rate = cfg.rate_for(outcome.backend, outcome.pool, draft_version)
+        rate = self.rate_overrides().get(outcome.backend)
+        if rate is None:
+            rate = cfg.rate_for(outcome.backend, outcome.pool, draft_version)
         if rate <= 0 or self._random.random() >= rate:
             return
         job = ShadowJob(
@@ -179,6 +186,8 @@ class ShadowVerifier:
         else:
             record["primary_context"] = record["reference_context"] = "[redacted]"
         await self.store.append(SHADOW_LOG, record, maxlen=10_000)
+        for listener in self.listeners:
+            listener(job.backend, result.verdict)
         if result.verdict != "error":
             await self._judge_quarantine(job.backend, result.verdict == "diverged")
 

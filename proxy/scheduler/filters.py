@@ -74,3 +74,26 @@ class AcceptanceFloorFilter:
                 continue
             kept.append(backend)
         return kept
+
+
+class CanaryFilter:
+    """A running canary's traffic split: its share of eligible requests (sticky per user or
+    conversation key) goes only to the candidates, the rest never does."""
+
+    name = "canary"
+    soft = True
+
+    def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+        canary = ctx.extras.get("canary")
+        if canary is None:
+            return backends
+        verdict = canary.assign(ctx.request)
+        if verdict == "any":
+            return backends
+        candidates = canary.candidates
+        if verdict == "candidate":
+            only = [b for b in backends if b.name in candidates]
+            if only:
+                ctx.notes.update(dict.fromkeys((b.name for b in only), "canary"))
+                return only
+        return [b for b in backends if b.name not in candidates]

@@ -20,6 +20,7 @@ BUILTIN: dict[str, dict[str, type[Any]]] = {
         "quarantine": filters.QuarantineFilter,
         "capacity": filters.CapacityFilter,
         "acceptance_floor": filters.AcceptanceFloorFilter,
+        "canary": filters.CanaryFilter,
     },
     "scorer": {
         "break_even": scorers.BreakEvenScorer,

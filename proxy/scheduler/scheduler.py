@@ -50,6 +50,8 @@ class Scheduler:
         self.break_even = break_even
         self.policy = policy
         self._profile = self.build_profile(policy)
+        # Shared read-only services plugins may consult (the canary controller).
+        self.extras: dict[str, Any] = {}
 
     @staticmethod
     def build_profile(policy: Policy) -> _Profile:
@@ -105,6 +107,7 @@ class Scheduler:
             policy=self.policy,
             acceptance=self.acceptance,
             break_even=self.break_even,
+            extras=self.extras,
         )
 
     def reason(self, decision: Decision) -> str:

@@ -49,10 +49,11 @@ class BreakEvenScorer:
 class AcceptanceScorer:
     """Expected speed-up of speculation for this prompt class, from measured acceptance.
 
-    With per-token acceptance a and k drafts, a step yields (1 - a^(k+1)) / (1 - a) tokens
-    for a cost of 1 + k * (verify + draft cost); the score maps speed-up 1..max_speedup to
-    0..1. Until a (backend, class) window has enough requests, the policy's prior for the
-    method and class stands in. Plain backends score 0.
+    With draft acceptance rate a (accepted / drafted tokens, vLLM's
+    ``draft_acceptance_rate``) and k drafts, a step yields 1 + a*k tokens (vLLM's mean
+    acceptance length) for a cost of 1 + k * (verify + draft cost); the score maps speed-up
+    1..max_speedup to 0..1. Until a (backend, class) window has enough requests, the
+    policy's prior for the method and class stands in. Plain backends score 0.
     """
 
     name = "acceptance"
@@ -76,7 +77,7 @@ class AcceptanceScorer:
         spec = backend.spec.speculation
         a, _ = self.acceptance(ctx, backend)
         k = max(spec.k, 1)
-        tokens = float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+        tokens = 1.0 + a * k
         cost = 1.0 + k * (self.verify_cost + DRAFT_COST.get(spec.method, 0.1))
         return tokens / cost
 

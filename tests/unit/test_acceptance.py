@@ -40,3 +40,16 @@ def test_ignores_requests_without_drafts() -> None:
     t = tracker()
     t.observe("b", "chat", 0, 0)
     assert t.rate("b", "chat") == (None, 0)
+
+
+def test_collapse_is_seen_on_the_recent_window() -> None:
+    t = tracker(window=50, min_samples=5, recent=4, floor=0.3)
+    for _ in range(40):
+        t.observe("b", "code", 3, 4)
+    for _ in range(2):
+        t.observe("b", "code", 0, 4)
+    assert not t.below_floor("b", "code")  # last 4: 6 of 16 accepted, 0.375
+    t.observe("b", "code", 0, 4)
+    assert t.below_floor("b", "code")  # last 4: 3 of 16, 0.19
+    rate = t.measured("b", "code")
+    assert rate is not None and rate > 0.6  # the long window still remembers the good past

@@ -1,0 +1,121 @@
+"""Routing on simulated fleets: break-even with hysteresis, prompt class, acceptance collapse."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.settings import Settings
+from proxy.sim.config import SimConfig
+from proxy.sim.server import SimServer, run_sim_in_thread
+from tests.gateway_rig import GatewayHandle, run_gateway, sim_backend, write_policy
+
+MODEL = "sim-llama-8b"
+CHAT = [{"role": "user", "content": "How was your weekend? Anything fun planned for the holidays?"}]
+CODE = [
+    {"role": "system", "content": "You are a senior Python engineer."},
+    {"role": "user", "content": "Fix the bug:\n```python\ndef mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs) + 1\n```"},
+]
+RAG = [
+    {"role": "system", "content": "Answer using only the provided context. Cite sources."},
+    {"role": "user", "content": "Context:\n[1] " + "The lighthouse at Cape Point was built in 1860 and moved in 1919 because fog hid the light. " * 12 + "\n[2] " + "Its beam reaches 63 kilometres on a clear night and is the most powerful on the coast. " * 10 + "\n\nQuestion: Why was the lighthouse moved?"},
+]
+
+
+@pytest.fixture(scope="module")
+def sims() -> Iterator[dict[str, SimServer]]:
+    with (
+        run_sim_in_thread(SimConfig()) as plain,
+        run_sim_in_thread(SimConfig(speculation="ngram", k=4)) as ngram,
+        run_sim_in_thread(SimConfig(speculation="eagle3", k=3)) as eagle,
+    ):
+        yield {"plain": plain, "ngram": ngram, "eagle": eagle}
+
+
+def fleet_policy(sims: dict[str, SimServer], **sections: Any) -> dict[str, Any]:
+    return {
+        "backends": [
+            sim_backend("plain-0", sims["plain"].url, "plain"),
+            sim_backend("ngram-0", sims["ngram"].url, "ngram", "ngram", 4),
+            sim_backend("eagle-0", sims["eagle"].url, "eagle3", "eagle3", 3),
+        ],
+        **sections,
+    }
+
+
+def post(gw: GatewayHandle, messages: list[dict[str, str]], max_tokens: int = 8, **extra: Any) -> httpx.Response:
+    body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, **extra}
+    resp = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp
+
+
+def test_prompt_class_routes_to_the_method_that_pays(sims: dict[str, SimServer], tmp_path: Path) -> None:
+    path = write_policy(tmp_path / "p.yaml", fleet_policy(sims))
+    with run_gateway(Settings(policy_path=path, port=0)) as gw:
+        for messages, label, backend in ((CODE, "code", "ngram-0"), (RAG, "rag", "ngram-0"), (CHAT, "chat", "eagle-0")):
+            for _ in range(3):
+                resp = post(gw, messages)
+                assert resp.headers["x-specroute-class"] == label
+                assert resp.headers["x-specroute-backend"] == backend
+
+
+def test_load_past_break_even_moves_to_plain_without_flapping(sims: dict[str, SimServer], tmp_path: Path) -> None:
+    policy = fleet_policy(sims, pools={"eagle3": {"break_even": {"concurrency": 8, "hysteresis": 0.25}},
+                                       "ngram": {"break_even": {"concurrency": 8, "hysteresis": 0.25}}})
+    path = write_policy(tmp_path / "p.yaml", policy)
+    with run_gateway(Settings(policy_path=path, port=0)) as gw:
+        assert post(gw, CHAT).headers["x-specroute-backend"] == "eagle-0"  # idle: speculate
+
+        async def load_phase() -> list[str]:
+            async with httpx.AsyncClient(base_url=gw.url, timeout=60) as client:
+                # 40 long chat streams arrive one after another and stay open.
+                long_body = {"model": MODEL, "messages": CHAT, "max_tokens": 3000, "stream": True}
+                order: list[str] = []
+                streams = []
+                for _ in range(40):
+                    cm = client.stream("POST", "/v1/chat/completions", json=long_body)
+                    resp = await cm.__aenter__()
+                    order.append(resp.headers["x-specroute-backend"])
+                    streams.append(cm)
+                for cm in streams:
+                    await cm.__aexit__(None, None, None)
+                return order
+
+        order = asyncio.run(load_phase())
+        counts = Counter(order)
+        # The EAGLE backend takes chat until its in-flight load reaches 8 * 1.25 = 10, then
+        # new arrivals go to plain (n-gram is avoided for chat only by score, and is also
+        # limited by its own break-even).
+        assert counts["eagle-0"] == 10, order
+        assert counts["plain-0"] >= 20, order
+        # No flapping: once off, the EAGLE backend gets nothing while it is still loaded.
+        first_off = order.index("plain-0")
+        assert "eagle-0" not in order[first_off:], order
+
+
+def test_acceptance_collapse_moves_traffic_and_recovery_brings_it_back(sims: dict[str, SimServer], tmp_path: Path) -> None:
+    policy = fleet_policy(sims, acceptance={"min_samples": 3, "recent": 4, "floor": 0.3, "probe_every": 5})
+    path = write_policy(tmp_path / "p.yaml", policy)
+    with run_gateway(Settings(policy_path=path, port=0)) as gw:
+        warm = [post(gw, CODE, 32).headers["x-specroute-backend"] for _ in range(6)]
+        assert warm == ["ngram-0"] * 6
+        httpx.post(sims["ngram"].url + "/admin/faults", json={"acceptance": 0.0}).raise_for_status()
+        served = [post(gw, CODE, 32).headers["x-specroute-backend"] for _ in range(20)]
+        left_after = served.index("eagle-0")
+        assert left_after <= 4, served  # the collapse is acted on within `recent` requests
+        tail = served[left_after:]
+        assert tail.count("ngram-0") <= len(tail) // 5 + 1, served  # only probes
+        httpx.delete(sims["ngram"].url + "/admin/faults").raise_for_status()
+        recovered = [post(gw, CODE, 32).headers["x-specroute-backend"] for _ in range(15)]
+        back_at = recovered.index("ngram-0")
+        assert back_at < 6, recovered  # the next probe finds it healthy...
+        assert recovered[back_at:].count("ngram-0") >= len(recovered[back_at:]) - 1, recovered  # ...and traffic returns
+        report = httpx.get(gw.url + "/admin/fleet").json()["acceptance"]
+        assert any(r["backend"] == "ngram-0" and r["class"] == "code" for r in report)
