@@ -20,6 +20,9 @@ class _Window:
     accepted: float = 0.0
     drafted: float = 0.0
     probe_counter: int = 0
+    # Whether the floor rule holds now: kept up to date on every change, because the
+    # request path asks for every speculative backend on every request.
+    below: bool = False
 
     def add(self, accepted: float, drafted: float) -> None:
         if len(self.samples) == self.samples.maxlen:
@@ -58,6 +61,16 @@ class AcceptanceTracker:
                     resized.add(acc, drafted)
                 self._windows[key] = resized
         self.settings = settings
+        for window in self._windows.values():
+            self._judge(window)
+
+    def _judge(self, window: _Window) -> None:
+        settings = self.settings
+        if len(window.samples) < settings.min_samples:
+            window.below = False
+            return
+        rate = window.recent_rate(settings.recent)
+        window.below = rate is not None and rate < settings.floor
 
     def _window(self, backend: str, label: str) -> _Window:
         key = (backend, label)
@@ -70,12 +83,13 @@ class AcceptanceTracker:
         if drafted <= 0:
             return
         window = self._window(backend, label)
-        if self.below_floor(backend, label) and accepted / drafted >= self.settings.floor:
+        if window.below and accepted / drafted >= self.settings.floor:
             # A good probe of a backend we were avoiding: forget the bad window so traffic
             # returns; if it is still bad, min_samples requests will show it again.
             window.samples.clear()
             window.accepted = window.drafted = 0.0
         window.add(max(accepted, 0.0), drafted)
+        self._judge(window)
 
     def rate(self, backend: str, label: str) -> tuple[float | None, int]:
         """Windowed acceptance rate and how many requests it rests on."""
@@ -96,10 +110,7 @@ class AcceptanceTracker:
         the score uses the longer window.
         """
         window = self._windows.get((backend, label))
-        if window is None or len(window.samples) < self.settings.min_samples:
-            return False
-        rate = window.recent_rate(self.settings.recent)
-        return rate is not None and rate < self.settings.floor
+        return window is not None and window.below
 
     def take_probe(self, backend: str, label: str) -> bool:
         """True once every ``probe_every`` calls: let one request through to notice recovery."""

@@ -86,6 +86,8 @@ class BreakEvenModel:
 
     def apply_policy(self, policy: Policy) -> None:
         self._configs = {pool: policy.pool_spec(pool).break_even for pool in policy.pool_names()}
+        self._default = BreakEven()
+        self._bands: dict[str, tuple[float, float]] = {}
         self._spec_pools = {b.pool for b in policy.backends if b.speculation.enabled}
         half_lives = [c.half_life_s for c in self._configs.values()] or [120.0]
         for name in [*self._spec_pools, PLAIN_CURVE]:
@@ -99,7 +101,17 @@ class BreakEvenModel:
                 fit.half_life_s = half_life
 
     def config(self, pool: str) -> BreakEven:
-        return self._configs.get(pool, BreakEven())
+        return self._configs.get(pool, self._default)
+
+    def _band(self, pool: str) -> tuple[float, float]:
+        """(switch off at or above, switch on at or below), cached until the threshold moves."""
+        band = self._bands.get(pool)
+        if band is None:
+            config = self.config(pool)
+            threshold = self.threshold(pool)
+            band = (threshold * (1 + config.hysteresis), threshold * (1 - config.hysteresis))
+            self._bands[pool] = band
+        return band
 
     def threshold(self, pool: str) -> float:
         config = self.config(pool)
@@ -113,16 +125,15 @@ class BreakEvenModel:
         The state flips off only above threshold*(1+h) and on only below threshold*(1-h),
         so load hovering at the threshold does not flap.
         """
-        pool = backend.spec.pool
-        config = self.config(pool)
-        threshold = self.threshold(pool)
-        load = backend.inflight
-        state = self._speculating.get(backend.name, True)
-        if state and load >= threshold * (1 + config.hysteresis):
-            state = False
-        elif not state and load <= threshold * (1 - config.hysteresis):
-            state = True
-        self._speculating[backend.name] = state
+        off_at, on_at = self._band(backend.pool)
+        load = backend.local_inflight + backend.others_inflight
+        name = backend.name
+        state = self._speculating.get(name, True)
+        if state:
+            if load >= off_at:
+                state = self._speculating[name] = False
+        elif load <= on_at:
+            state = self._speculating[name] = True
         return state
 
     def observe(self, pool: str, speculative: bool, load: float, tpot_s: float) -> None:
@@ -143,8 +154,9 @@ class BreakEvenModel:
 
     def _refit(self, pool: str) -> None:
         estimate = self.estimate(pool)
-        if estimate.value is not None:
+        if estimate.value is not None and estimate.value != self._learned.get(pool):
             self._learned[pool] = estimate.value
+            self._bands.pop(pool, None)
 
     def estimate(self, pool: str) -> LearnedBreakEven:
         config = self.config(pool)

@@ -44,14 +44,22 @@ class BackendState:
     # Acceptance over the last scrape interval(s) from the counters (None: no drafts yet).
     window_acceptance: float | None = None
     quarantined: str | None = None
+    # Copied out of ``spec`` (see set_spec): read for every backend on every request, where
+    # a chain of pydantic attribute lookups is measurable.
+    name: str = ""
+    pool: str = ""
+    speculative: bool = False
+    max_concurrency: int = 1
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
+    def __post_init__(self) -> None:
+        self.set_spec(self.spec)
 
-    @property
-    def speculative(self) -> bool:
-        return self.spec.speculation.enabled
+    def set_spec(self, spec: BackendSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.pool = spec.pool
+        self.speculative = spec.speculation.enabled
+        self.max_concurrency = spec.max_concurrency
 
     @property
     def inflight(self) -> int:
@@ -84,7 +92,7 @@ class Fleet:
         for spec in policy.backends:
             old = self.backends.get(spec.name)
             if old is not None and old.spec.url == spec.url:
-                old.spec = spec
+                old.set_spec(spec)
                 fresh[spec.name] = old
             else:
                 fresh[spec.name] = BackendState(spec=spec)

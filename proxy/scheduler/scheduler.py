@@ -89,14 +89,20 @@ class Scheduler:
             ctx.forced = None
         candidates: list[Candidate] = []
         scorers = profile.scorers
-        for backend in backends:
-            total = 0.0
-            scores: dict[str, float] = {}
-            for scorer, weight in scorers:
-                value = scorer.score(ctx, backend)
-                scores[scorer.name] = value
-                total += weight * value
-            candidates.append(Candidate(backend, total * backend.spec.weight, scores))
+        # Scorer by scorer over all backends (fewer Python-level lookups than backend by
+        # backend); per-plugin scores are kept only when explaining.
+        totals = [0.0] * len(backends)
+        per_plugin: dict[str, list[float]] = {}
+        for scorer, weight in scorers:
+            score = scorer.score
+            values = [score(ctx, b) for b in backends]
+            if explain:
+                per_plugin[scorer.name] = values
+            if weight:
+                totals = [t + weight * v for t, v in zip(totals, values, strict=True)]
+        for i, backend in enumerate(backends):
+            scores = {name: values[i] for name, values in per_plugin.items()} if explain else {}
+            candidates.append(Candidate(backend, totals[i] * backend.spec.weight, scores))
         ordered = profile.picker.pick(ctx, candidates)
         return Decision(request, ordered, dropped, ctx.notes, ctx if explain else None)
 

@@ -41,7 +41,7 @@ class BreakEvenScorer:
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
             return "plain"
-        threshold = ctx.break_even.threshold(backend.spec.pool)
+        threshold = ctx.break_even.threshold(backend.pool)
         relation = "<" if ctx.break_even.speculating(backend) else ">="
         return f"load {backend.inflight} {relation} break-even {threshold:.0f}"
 
@@ -61,6 +61,17 @@ class AcceptanceScorer:
     def __init__(self, max_speedup: float = 4.0, verify_cost: float = 0.02) -> None:
         self.max_speedup = max_speedup
         self.verify_cost = verify_cost
+        # Per backend: (its spec object, k, step cost), recomputed when the spec changes.
+        self._shapes: dict[str, tuple[object, int, float]] = {}
+
+    def _shape(self, backend: BackendState) -> tuple[int, float]:
+        cached = self._shapes.get(backend.name)
+        if cached is None or cached[0] is not backend.spec:
+            spec = backend.spec.speculation
+            k = max(spec.k, 1)
+            cost = 1.0 + k * (self.verify_cost + DRAFT_COST.get(spec.method, 0.1))
+            cached = self._shapes[backend.name] = (backend.spec, k, cost)
+        return cached[1], cached[2]
 
     def acceptance(self, ctx: SchedulingContext, backend: BackendState) -> tuple[float, str]:
         label = ctx.request.label
@@ -74,12 +85,9 @@ class AcceptanceScorer:
         return (prior if prior is not None else 0.5), "prior"
 
     def speedup(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        spec = backend.spec.speculation
         a, _ = self.acceptance(ctx, backend)
-        k = max(spec.k, 1)
-        tokens = 1.0 + a * k
-        cost = 1.0 + k * (self.verify_cost + DRAFT_COST.get(spec.method, 0.1))
-        return tokens / cost
+        k, cost = self._shape(backend)
+        return (1.0 + a * k) / cost
 
     def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
         if not backend.speculative:
@@ -103,7 +111,8 @@ class LoadScorer:
         self.waiting_penalty = waiting_penalty
 
     def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        util = max(backend.inflight / backend.spec.max_concurrency, backend.kv_usage)
+        inflight = backend.local_inflight + backend.others_inflight
+        util = max(inflight / backend.max_concurrency, backend.kv_usage)
         util += self.waiting_penalty * backend.waiting
         return 1.0 - min(util, 1.0)
 

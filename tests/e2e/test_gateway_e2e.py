@@ -1,0 +1,250 @@
+"""The gateway in front of real vLLM servers, driven by the official OpenAI SDK.
+
+The servers (plain, ngram, draft-good, draft-bad; one tiny model) start once per session;
+gateways are cheap and started per test with the backends that test needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from proxy.settings import Settings
+from tests.e2e.conftest import VllmMetrics, VllmServer, launch
+from tests.gateway_rig import GatewayHandle, run_gateway, write_policy
+from tests.recording_tap import run_tap
+
+POOLS = {"plain": "plain", "ngram": "ngram", "draft-good": "draft", "draft-bad": "draft-bad"}
+SPEC = {
+    "plain": {"method": "none", "k": 0},
+    "ngram": {"method": "ngram", "k": 4},
+    "draft-good": {"method": "draft_model", "k": 3},
+    "draft-bad": {"method": "draft_model", "k": 3},
+}
+MESSAGES = [{"role": "user", "content": "Write a function that sorts a list of numbers."}]
+FIXED = {"ignore_eos": True}
+
+
+def backend(server: VllmServer, url: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": server.name,
+        "url": url or server.url,
+        "model": server.model,
+        "pool": POOLS[server.name],
+        "speculation": SPEC[server.name],
+        "draft_version": server.name if server.name.startswith("draft") else "",
+        **extra,
+    }
+
+
+@contextmanager
+def gateway(tmp_path: Path, backends: list[dict[str, Any]], **sections: Any) -> Iterator[GatewayHandle]:
+    path = write_policy(tmp_path / "policy.yaml", {"backends": backends, **sections})
+    settings = Settings(policy_path=path, port=0, scrape_interval_s=0.5, first_byte_timeout_s=120)
+    with run_gateway(settings) as handle:
+        yield handle
+
+
+def sdk(gw: GatewayHandle) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["plain", "ngram"])
+def test_relay_is_byte_for_byte(vllm_servers: dict[str, VllmServer], tmp_path: Path, name: str) -> None:
+    server = vllm_servers[name]
+    with run_tap(server.url) as tap, gateway(tmp_path, [backend(server, tap.url)]) as gw:
+        client = sdk(gw)
+        raw = client.chat.completions.with_raw_response.create(
+            model=server.model, messages=MESSAGES, max_tokens=24, temperature=0, extra_body=FIXED
+        )
+        assert raw.http_response.content == bytes(tap.responses[raw.headers["x-request-id"]])
+        assert raw.headers["x-specroute-backend"] == name
+        for usage in (True, False):
+            extra = {"stream_options": {"include_usage": True}} if usage else {}
+            body = {"model": server.model, "prompt": "def fibonacci(n):", "max_tokens": 24, "temperature": 0,
+                    "stream": True, "ignore_eos": True, **extra}
+            resp = httpx.post(gw.url + "/v1/completions", json=body, timeout=120)
+            upstream = bytes(tap.responses[resp.headers["x-request-id"]])
+            if usage:
+                assert resp.content == upstream
+            else:
+                # The gateway asked for usage to measure; exactly that one event is removed.
+                removed = [e for e in upstream.split(b"\n\n") if e and e not in resp.content.split(b"\n\n")]
+                assert len(removed) == 1
+                assert b'"usage"' in removed[0]
+                assert resp.content == upstream.replace(removed[0] + b"\n\n", b"")
+            assert resp.content.endswith(b"data: [DONE]\n\n")
+        stream = client.chat.completions.create(model=server.model, messages=MESSAGES, max_tokens=16,
+                                                temperature=0, stream=True, extra_body=FIXED)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        whole = client.chat.completions.create(model=server.model, messages=MESSAGES, max_tokens=16,
+                                               temperature=0, extra_body=FIXED)
+        assert text == whole.choices[0].message.content
+
+
+def test_async_sdk_through_gateway(vllm_servers: dict[str, VllmServer], tmp_path: Path) -> None:
+    servers = [vllm_servers["plain"], vllm_servers["ngram"]]
+    with gateway(tmp_path, [backend(s) for s in servers]) as gw:
+
+        async def main() -> list[int]:
+            client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+            async def one(i: int) -> int:
+                stream = await client.completions.create(
+                    model="tiny", prompt=f"def f{i}(x):", max_tokens=12, stream=True,
+                    stream_options={"include_usage": True}, extra_body=FIXED,
+                )
+                return next(c.usage.completion_tokens async for c in stream if c.usage)  # type: ignore[union-attr]
+
+            try:
+                return list(await asyncio.gather(*(one(i) for i in range(6))))
+            finally:
+                await client.close()
+
+        assert asyncio.run(main()) == [12] * 6
+
+
+def test_client_disconnect_frees_the_vllm_slot(
+    vllm_servers: dict[str, VllmServer], vllm_metrics: VllmMetrics, tmp_path: Path
+) -> None:
+    server = vllm_servers["plain"]
+    with gateway(tmp_path, [backend(server)]) as gw:
+        body = {"model": server.model, "prompt": "Once upon a time", "max_tokens": 900, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=120) as resp:
+            for seen, _ in enumerate(resp.iter_raw(), start=1):
+                if seen >= 3:
+                    break
+            running = vllm_metrics.read(server.url).get("vllm:num_requests_running", 0)
+            assert running >= 1
+        after = vllm_metrics.wait_until(server.url, lambda m: m.get("vllm:num_requests_running", 1) == 0, 20)
+        assert after["vllm:num_requests_running"] == 0
+        assert gw.call(lambda: gw.gateway.fleet.backends["plain"].local_inflight) == 0
+
+
+def _spec_totals(metrics: dict[str, float]) -> tuple[float, float, float]:
+    return (
+        metrics.get("vllm:spec_decode_num_drafts_total", 0.0),
+        metrics.get("vllm:spec_decode_num_draft_tokens_total", 0.0),
+        metrics.get("vllm:spec_decode_num_accepted_tokens_total", 0.0),
+    )
+
+
+def test_acceptance_seen_by_the_gateway_matches_the_backends(
+    vllm_servers: dict[str, VllmServer], vllm_metrics: VllmMetrics, tmp_path: Path
+) -> None:
+    names = ["ngram", "draft-good", "draft-bad"]
+    for name in names:
+        server = vllm_servers[name]
+        with gateway(tmp_path, [backend(server)]) as gw:
+            client = sdk(gw)
+            for i in range(4):
+                stream = client.chat.completions.create(
+                    model=server.model, messages=[{"role": "user", "content": f"Count to {i + 10}: 1 2 3 4 5 1 2 3 4 5"}],
+                    max_tokens=32, temperature=0, stream=True, stream_options={"include_usage": True}, extra_body=FIXED,
+                )
+                for _ in stream:
+                    pass
+            # Per-request: the gateway's window for this backend (class as classified).
+            rows = httpx.get(gw.url + "/admin/fleet").json()["acceptance"]
+            mine = [r for r in rows if r["backend"] == name]
+            assert mine, rows
+            rate = mine[0]["rate"]
+            # Scraped counters: what the gateway exports equals the backend's own /metrics.
+            backend_totals = _spec_totals(vllm_metrics.wait_until(server.url, lambda m: True))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                gateway_totals = _spec_totals(vllm_metrics.read(gw.url))
+                if gateway_totals == backend_totals:
+                    break
+                time.sleep(0.25)
+            assert gateway_totals == backend_totals
+            counter_rate = backend_totals[2] / backend_totals[1]
+            if name == "draft-good":
+                assert rate > 0.9 and counter_rate > 0.9
+            elif name == "draft-bad":
+                assert rate < 0.1 and counter_rate < 0.1
+            window = gw.call(lambda n=name: gw.gateway.fleet.backends[n].window_acceptance)
+            assert window is None or abs(window - counter_rate) < 0.5
+
+
+def test_shadow_plain_vs_ngram_match(vllm_servers: dict[str, VllmServer], tmp_path: Path) -> None:
+    backends = [backend(vllm_servers["plain"], max_concurrency=8), backend(vllm_servers["ngram"])]
+    shadow = {"reference_pool": "plain", "rate": 1.0, "max_concurrency": 2, "max_share": 1.0}
+    # All traffic to n-gram (plain is only the reference): it is the speculative backend.
+    routing = {"scorers": [{"type": "break_even", "weight": 4}, {"type": "acceptance", "weight": 1}]}
+    with gateway(tmp_path, backends, shadow=shadow, routing=routing) as gw:
+        client = sdk(gw)
+        prompts = ["def quicksort(xs):", "import os\nimport sys\n", "class Stack:\n    def __init__(self):"]
+        for prompt in prompts:
+            for stream in (False, True):
+                resp = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0,
+                                                 stream=stream, extra_body=FIXED)
+                if stream:
+                    for _ in resp:  # type: ignore[union-attr]
+                        pass
+        gw.call(lambda: gw.app.state.shadow.drain())
+        summary = httpx.get(gw.url + "/admin/shadow").json()
+        groups = {g["backend"]: g for g in summary["groups"]}
+        assert groups["ngram"]["samples"] == len(prompts) * 2
+        assert groups["ngram"]["outcomes"]["match"] == len(prompts) * 2, summary
+
+
+def test_canary_good_draft_promoted_bad_draft_rolled_back(vllm_servers: dict[str, VllmServer], tmp_path: Path) -> None:
+    plain = vllm_servers["plain"]
+    for candidate, expected, budget in (("draft-good", "promoted", 80), ("draft-bad", "rolled_back", 30)):
+        backends = [backend(plain), backend(vllm_servers[candidate])]
+        canary = {
+            "name": f"{candidate}-canary", "candidates": [candidate], "baseline": ["plain"], "ramp": [0.5, 1.0],
+            "min_samples": 8, "min_shadow_samples": 2, "evaluate_every": 2, "shadow_rate": 0.5,
+            "criteria": {"min_acceptance": 0.6, "collapse_acceptance": 0.2, "max_drift_rate": 0.5},
+        }
+        shadow = {"reference_pool": "plain", "max_concurrency": 1, "max_share": 1.0}
+        with gateway(tmp_path, backends, canary=canary, shadow=shadow) as gw:
+            client = sdk(gw)
+            sent = 0
+            state = "running"
+            while sent < budget and state == "running":
+                client.chat.completions.create(
+                    model="tiny", messages=[{"role": "user", "content": f"List {sent} fruits."}], max_tokens=16,
+                    temperature=0, extra_body=FIXED, extra_headers={"x-specroute-session": f"user-{sent}"},
+                )
+                sent += 1
+                time.sleep(0.05)
+                state = httpx.get(gw.url + "/admin/canary").json()["state"]
+            report = httpx.get(gw.url + "/admin/canary").json()
+            assert report["state"] == expected, report
+            assert report["history"][0]["actor"] == "controller"
+            print(f"\n{candidate}: {expected} after {sent} requests: {report['history'][0]['reason']}")
+
+
+def test_vllm_bench_serve_through_the_gateway(
+    vllm_servers: dict[str, VllmServer], vllm_model_dir: Path, tmp_path: Path
+) -> None:
+    servers = [vllm_servers["plain"], vllm_servers["ngram"]]
+    with gateway(tmp_path, [backend(s) for s in servers]) as gw:
+        cli = Path(launch.__file__).with_name("vllm_cli.py")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        cmd = [str(launch.venv_python()), str(cli), "bench", "serve", "--backend", "openai-chat",
+               "--base-url", gw.url, "--endpoint", "/v1/chat/completions", "--model", "tiny",
+               "--tokenizer", str(vllm_model_dir), "--dataset-name", "random", "--num-prompts", "16",
+               "--random-input-len", "24", "--random-output-len", "24", "--max-concurrency", "4",
+               "--ignore-eos"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-3000:]
+        sys.stdout.write(out[-2500:])
+        assert "Successful requests:" in out
+        assert "Mean TTFT (ms):" in out
+        assert "Mean TPOT (ms):" in out
+        assert "Speculative Decoding" in out
