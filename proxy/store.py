@@ -25,6 +25,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+
 Record = dict[str, Any]
 
 
@@ -130,7 +132,8 @@ class MemoryStore:
         if entries is None or entries.maxlen != maxlen:
             entries = deque(entries or (), maxlen=maxlen)
             self._logs[log] = entries
-        # Cursors sort as strings like Redis stream ids do: milliseconds-sequence.
+        # Fixed-width "milliseconds-sequence" cursors, so they also compare correctly as
+        # text here; callers must not rely on that (Redis stream ids do not).
         cursor = f"{int(time.time() * 1000):015d}-{next(self._seq):012d}"
         entries.append(LogEntry(cursor, record))
 
@@ -149,10 +152,11 @@ class MemoryStore:
 
     async def get_doc(self, key: str) -> Record | None:
         doc = self._docs.get(key)
-        return dict(doc) if doc is not None else None
+        # A full copy, as a document read from Redis would be.
+        return orjson.loads(orjson.dumps(doc)) if doc is not None else None
 
     async def put_doc(self, key: str, doc: Mapping[str, Any]) -> None:
-        self._docs[key] = dict(doc)
+        self._docs[key] = orjson.loads(orjson.dumps(doc))
 
     async def publish(self, channel: str, message: Record) -> None:
         for queue in self._subscribers.get(channel, ()):

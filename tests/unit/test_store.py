@@ -15,7 +15,9 @@ from tests.fixtures.redis import RedisServer
 WAIT_S = 10.0  # only a bound against hanging; nothing here measures speed
 
 
-@pytest_asyncio.fixture(params=["memory", "redis"], loop_scope="function")
+@pytest_asyncio.fixture(
+    params=["memory", pytest.param("redis", marks=pytest.mark.redis)], loop_scope="function"
+)
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     made: Store
     if request.param == "memory":
