@@ -20,8 +20,10 @@ import httpx
 import openai
 import pytest
 
+from deploy.vllm.cpu.server_args import venv_python
+from deploy.vllm.cpu.servers import VllmServer
 from proxy.settings import Settings
-from tests.e2e.conftest import VllmMetrics, VllmServer, launch
+from tests.e2e.conftest import VllmMetrics
 from tests.gateway_rig import GatewayHandle, run_gateway, write_policy
 from tests.recording_tap import run_tap
 
@@ -49,7 +51,9 @@ def backend(server: VllmServer, url: str | None = None, **extra: Any) -> dict[st
 
 
 @contextmanager
-def gateway(tmp_path: Path, backends: list[dict[str, Any]], **sections: Any) -> Iterator[GatewayHandle]:
+def gateway(
+    tmp_path: Path, backends: list[dict[str, Any]], **sections: Any
+) -> Iterator[GatewayHandle]:
     path = write_policy(tmp_path / "policy.yaml", {"backends": backends, **sections})
     settings = Settings(policy_path=path, port=0, scrape_interval_s=0.5, first_byte_timeout_s=120)
     with run_gateway(settings) as handle:
@@ -61,7 +65,9 @@ def sdk(gw: GatewayHandle) -> openai.OpenAI:
 
 
 @pytest.mark.parametrize("name", ["plain", "ngram"])
-def test_relay_is_byte_for_byte(vllm_servers: dict[str, VllmServer], tmp_path: Path, name: str) -> None:
+def test_relay_is_byte_for_byte(
+    vllm_servers: dict[str, VllmServer], tmp_path: Path, name: str
+) -> None:
     server = vllm_servers[name]
     with run_tap(server.url) as tap, gateway(tmp_path, [backend(server, tap.url)]) as gw:
         client = sdk(gw)
@@ -72,24 +78,40 @@ def test_relay_is_byte_for_byte(vllm_servers: dict[str, VllmServer], tmp_path: P
         assert raw.headers["x-specroute-backend"] == name
         for usage in (True, False):
             extra = {"stream_options": {"include_usage": True}} if usage else {}
-            body = {"model": server.model, "prompt": "def fibonacci(n):", "max_tokens": 24, "temperature": 0,
-                    "stream": True, "ignore_eos": True, **extra}
+            body = {
+                "model": server.model,
+                "prompt": "def fibonacci(n):",
+                "max_tokens": 24,
+                "temperature": 0,
+                "stream": True,
+                "ignore_eos": True,
+                **extra,
+            }
             resp = httpx.post(gw.url + "/v1/completions", json=body, timeout=120)
             upstream = bytes(tap.responses[resp.headers["x-request-id"]])
             if usage:
                 assert resp.content == upstream
             else:
                 # The gateway asked for usage to measure; exactly that one event is removed.
-                removed = [e for e in upstream.split(b"\n\n") if e and e not in resp.content.split(b"\n\n")]
+                removed = [
+                    e for e in upstream.split(b"\n\n") if e and e not in resp.content.split(b"\n\n")
+                ]
                 assert len(removed) == 1
                 assert b'"usage"' in removed[0]
                 assert resp.content == upstream.replace(removed[0] + b"\n\n", b"")
             assert resp.content.endswith(b"data: [DONE]\n\n")
-        stream = client.chat.completions.create(model=server.model, messages=MESSAGES, max_tokens=16,
-                                                temperature=0, stream=True, extra_body=FIXED)
+        stream = client.chat.completions.create(
+            model=server.model,
+            messages=MESSAGES,
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+            extra_body=FIXED,
+        )
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        whole = client.chat.completions.create(model=server.model, messages=MESSAGES, max_tokens=16,
-                                               temperature=0, extra_body=FIXED)
+        whole = client.chat.completions.create(
+            model=server.model, messages=MESSAGES, max_tokens=16, temperature=0, extra_body=FIXED
+        )
         assert text == whole.choices[0].message.content
 
 
@@ -98,14 +120,24 @@ def test_async_sdk_through_gateway(vllm_servers: dict[str, VllmServer], tmp_path
     with gateway(tmp_path, [backend(s) for s in servers]) as gw:
 
         async def main() -> list[int]:
-            client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=120)
+            client = openai.AsyncOpenAI(
+                base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=120
+            )
 
             async def one(i: int) -> int:
                 stream = await client.completions.create(
-                    model="tiny", prompt=f"def f{i}(x):", max_tokens=12, stream=True,
-                    stream_options={"include_usage": True}, extra_body=FIXED,
+                    model="tiny",
+                    prompt=f"def f{i}(x):",
+                    max_tokens=12,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    extra_body=FIXED,
                 )
-                return next(c.usage.completion_tokens async for c in stream if c.usage)  # type: ignore[union-attr]
+                tokens = 0
+                async for chunk in stream:
+                    if chunk.usage:
+                        tokens = chunk.usage.completion_tokens
+                return tokens
 
             try:
                 return list(await asyncio.gather(*(one(i) for i in range(6))))
@@ -120,14 +152,22 @@ def test_client_disconnect_frees_the_vllm_slot(
 ) -> None:
     server = vllm_servers["plain"]
     with gateway(tmp_path, [backend(server)]) as gw:
-        body = {"model": server.model, "prompt": "Once upon a time", "max_tokens": 900, "stream": True, "ignore_eos": True}
+        body = {
+            "model": server.model,
+            "prompt": "Once upon a time",
+            "max_tokens": 900,
+            "stream": True,
+            "ignore_eos": True,
+        }
         with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=120) as resp:
             for seen, _ in enumerate(resp.iter_raw(), start=1):
                 if seen >= 3:
                     break
             running = vllm_metrics.read(server.url).get("vllm:num_requests_running", 0)
             assert running >= 1
-        after = vllm_metrics.wait_until(server.url, lambda m: m.get("vllm:num_requests_running", 1) == 0, 20)
+        after = vllm_metrics.wait_until(
+            server.url, lambda m: m.get("vllm:num_requests_running", 1) == 0, 20
+        )
         assert after["vllm:num_requests_running"] == 0
         assert gw.call(lambda: gw.gateway.fleet.backends["plain"].local_inflight) == 0
 
@@ -150,8 +190,15 @@ def test_acceptance_seen_by_the_gateway_matches_the_backends(
             client = sdk(gw)
             for i in range(4):
                 stream = client.chat.completions.create(
-                    model=server.model, messages=[{"role": "user", "content": f"Count to {i + 10}: 1 2 3 4 5 1 2 3 4 5"}],
-                    max_tokens=32, temperature=0, stream=True, stream_options={"include_usage": True}, extra_body=FIXED,
+                    model=server.model,
+                    messages=[
+                        {"role": "user", "content": f"Count to {i + 10}: 1 2 3 4 5 1 2 3 4 5"}
+                    ],
+                    max_tokens=32,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    extra_body=FIXED,
                 )
                 for _ in stream:
                     pass
@@ -182,14 +229,26 @@ def test_shadow_plain_vs_ngram_match(vllm_servers: dict[str, VllmServer], tmp_pa
     backends = [backend(vllm_servers["plain"], max_concurrency=8), backend(vllm_servers["ngram"])]
     shadow = {"reference_pool": "plain", "rate": 1.0, "max_concurrency": 2, "max_share": 1.0}
     # All traffic to n-gram (plain is only the reference): it is the speculative backend.
-    routing = {"scorers": [{"type": "break_even", "weight": 4}, {"type": "acceptance", "weight": 1}]}
+    routing = {
+        "scorers": [{"type": "break_even", "weight": 4}, {"type": "acceptance", "weight": 1}]
+    }
     with gateway(tmp_path, backends, shadow=shadow, routing=routing) as gw:
         client = sdk(gw)
-        prompts = ["def quicksort(xs):", "import os\nimport sys\n", "class Stack:\n    def __init__(self):"]
+        prompts = [
+            "def quicksort(xs):",
+            "import os\nimport sys\n",
+            "class Stack:\n    def __init__(self):",
+        ]
         for prompt in prompts:
             for stream in (False, True):
-                resp = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0,
-                                                 stream=stream, extra_body=FIXED)
+                resp = client.completions.create(
+                    model="tiny",
+                    prompt=prompt,
+                    max_tokens=24,
+                    temperature=0,
+                    stream=stream,
+                    extra_body=FIXED,
+                )
                 if stream:
                     for _ in resp:  # type: ignore[union-attr]
                         pass
@@ -200,13 +259,24 @@ def test_shadow_plain_vs_ngram_match(vllm_servers: dict[str, VllmServer], tmp_pa
         assert groups["ngram"]["outcomes"]["match"] == len(prompts) * 2, summary
 
 
-def test_canary_good_draft_promoted_bad_draft_rolled_back(vllm_servers: dict[str, VllmServer], tmp_path: Path) -> None:
+def test_canary_good_draft_promoted_bad_draft_rolled_back(
+    vllm_servers: dict[str, VllmServer], tmp_path: Path
+) -> None:
     plain = vllm_servers["plain"]
-    for candidate, expected, budget in (("draft-good", "promoted", 80), ("draft-bad", "rolled_back", 30)):
+    for candidate, expected, budget in (
+        ("draft-good", "promoted", 80),
+        ("draft-bad", "rolled_back", 30),
+    ):
         backends = [backend(plain), backend(vllm_servers[candidate])]
         canary = {
-            "name": f"{candidate}-canary", "candidates": [candidate], "baseline": ["plain"], "ramp": [0.5, 1.0],
-            "min_samples": 8, "min_shadow_samples": 2, "evaluate_every": 2, "shadow_rate": 0.5,
+            "name": f"{candidate}-canary",
+            "candidates": [candidate],
+            "baseline": ["plain"],
+            "ramp": [0.5, 1.0],
+            "min_samples": 8,
+            "min_shadow_samples": 2,
+            "evaluate_every": 2,
+            "shadow_rate": 0.5,
             "criteria": {"min_acceptance": 0.6, "collapse_acceptance": 0.2, "max_drift_rate": 0.5},
         }
         shadow = {"reference_pool": "plain", "max_concurrency": 1, "max_share": 1.0}
@@ -216,8 +286,12 @@ def test_canary_good_draft_promoted_bad_draft_rolled_back(vllm_servers: dict[str
             state = "running"
             while sent < budget and state == "running":
                 client.chat.completions.create(
-                    model="tiny", messages=[{"role": "user", "content": f"List {sent} fruits."}], max_tokens=16,
-                    temperature=0, extra_body=FIXED, extra_headers={"x-specroute-session": f"user-{sent}"},
+                    model="tiny",
+                    messages=[{"role": "user", "content": f"List {sent} fruits."}],
+                    max_tokens=16,
+                    temperature=0,
+                    extra_body=FIXED,
+                    extra_headers={"x-specroute-session": f"user-{sent}"},
                 )
                 sent += 1
                 time.sleep(0.05)
@@ -225,7 +299,9 @@ def test_canary_good_draft_promoted_bad_draft_rolled_back(vllm_servers: dict[str
             report = httpx.get(gw.url + "/admin/canary").json()
             assert report["state"] == expected, report
             assert report["history"][0]["actor"] == "controller"
-            print(f"\n{candidate}: {expected} after {sent} requests: {report['history'][0]['reason']}")
+            print(
+                f"\n{candidate}: {expected} after {sent} requests: {report['history'][0]['reason']}"
+            )
 
 
 def test_vllm_bench_serve_through_the_gateway(
@@ -233,14 +309,42 @@ def test_vllm_bench_serve_through_the_gateway(
 ) -> None:
     servers = [vllm_servers["plain"], vllm_servers["ngram"]]
     with gateway(tmp_path, [backend(s) for s in servers]) as gw:
-        cli = Path(launch.__file__).with_name("vllm_cli.py")
+        cli = Path(__file__).resolve().parents[2] / "deploy" / "vllm" / "cpu" / "vllm_cli.py"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        cmd = [str(launch.venv_python()), str(cli), "bench", "serve", "--backend", "openai-chat",
-               "--base-url", gw.url, "--endpoint", "/v1/chat/completions", "--model", "tiny",
-               "--tokenizer", str(vllm_model_dir), "--dataset-name", "random", "--num-prompts", "16",
-               "--random-input-len", "24", "--random-output-len", "24", "--max-concurrency", "4",
-               "--ignore-eos"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
+        cmd = [
+            str(venv_python()),
+            str(cli),
+            "bench",
+            "serve",
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            gw.url,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            "tiny",
+            "--tokenizer",
+            str(vllm_model_dir),
+            "--dataset-name",
+            "random",
+            "--num-prompts",
+            "16",
+            "--random-input-len",
+            "24",
+            "--random-output-len",
+            "24",
+            "--max-concurrency",
+            "4",
+            "--ignore-eos",
+            # vLLM's bench samples at temperature 1 by default; greedy makes the tiny
+            # model's drafts acceptable, so the acceptance section is meaningful.
+            "--temperature",
+            "0",
+        ]
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=600, env=env, check=False
+        )
         out = done.stdout + done.stderr
         assert done.returncode == 0, out[-3000:]
         sys.stdout.write(out[-2500:])

@@ -1,0 +1,3 @@
+from proxy.sim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,178 @@
+"""The simulator's ASGI application: routing and the small endpoints.
+
+Raw ASGI rather than a framework: a 256-stream simulator spends most of its time sending
+chunks, and every layer between the engine and ``send`` costs per token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+import orjson
+from pydantic import ValidationError
+
+from proxy.sim.asgi import JSON, BodyTooLarge, Receive, Scope, Send, read_body, respond
+from proxy.sim.config import Faults, SimConfig
+from proxy.sim.engine import Engine
+from proxy.sim.errors import SimHTTPError, bad_request, error_body
+from proxy.sim.generation import GenerationHandler
+from proxy.sim.metrics import CONTENT_TYPE, metrics_registry, render_metrics
+from proxy.sim.request_parsing import BOS, check_model, load_json, render_chat
+
+Reply = tuple[int, bytes, bytes | None]
+Endpoint = Callable[[bytes], Awaitable[Reply]]
+Route = Endpoint | Literal["chat", "completion"]
+
+_NOT_FOUND = orjson.dumps({"detail": "Not Found"})
+_NOT_ALLOWED = orjson.dumps({"detail": "Method Not Allowed"})
+
+
+class SimApp:
+    """One simulated vLLM server; ``engine`` is exposed so tests can read and steer it."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.engine = Engine(config)
+        self._registry = metrics_registry(self.engine)
+        self._generate = GenerationHandler(self.engine)
+        self._created = int(time.time())
+        self._routes: dict[str, dict[str, Route]] = {
+            "/v1/chat/completions": {"POST": "chat"},
+            "/v1/completions": {"POST": "completion"},
+            "/v1/models": {"GET": self._models},
+            "/health": {"GET": self._health},
+            "/metrics": {"GET": self._metrics},
+            "/tokenize": {"POST": self._tokenize},
+            "/admin/engine": {"GET": self._engine_state},
+            "/admin/faults": {
+                "GET": self._get_faults,
+                "POST": self._set_faults,
+                "DELETE": self._clear_faults,
+            },
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        methods = self._routes.get(scope["path"].rstrip("/") or "/")
+        if methods is None:
+            await respond(send, 404, _NOT_FOUND)
+            return
+        target = methods.get(scope["method"])
+        if target is None:
+            await respond(send, 405, _NOT_ALLOWED)
+            return
+        try:
+            body = await read_body(receive) if scope["method"] in ("POST", "PUT") else b""
+            if target == "chat" or target == "completion":
+                await self._generate(scope, receive, send, body, target)
+            else:
+                status, payload, content_type = await target(body)
+                await respond(send, status, payload, content_type)
+        except SimHTTPError as exc:
+            await respond(send, exc.status, exc.body())
+        except BodyTooLarge:
+            await respond(send, 413, error_body(413, "Request body too large."))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.engine.ensure_started()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.engine.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _health(self, body: bytes) -> Reply:
+        return 200, b"", None
+
+    async def _metrics(self, body: bytes) -> Reply:
+        return 200, render_metrics(self._registry), CONTENT_TYPE
+
+    async def _models(self, body: bytes) -> Reply:
+        model = self.config.model
+        card = {
+            "id": model,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "vllm",
+            "root": model,
+            "parent": None,
+            "max_model_len": self.config.profile.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{self._created:016x}",
+                    "object": "model_permission",
+                    "created": self._created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        return 200, orjson.dumps({"object": "list", "data": [card]}), JSON
+
+    async def _tokenize(self, body: bytes) -> Reply:
+        data = load_json(body)
+        check_model(data, self.config)
+        vocab = self.engine.vocab
+        if "messages" in data:
+            text, _ = render_chat(data["messages"])
+        elif isinstance(data.get("prompt"), str):
+            text = (BOS if data.get("add_special_tokens", True) else "") + data["prompt"]
+        else:
+            raise bad_request("Give either `prompt` (a string) or `messages`.", param="prompt")
+        tokens = vocab.encode_prompt(text)
+        strs = [vocab.prompt_piece(t) for t in tokens] if data.get("return_token_strs") else None
+        payload = {
+            "count": len(tokens),
+            "max_model_len": self.config.profile.max_model_len,
+            "tokens": tokens,
+            "token_strs": strs,
+        }
+        return 200, orjson.dumps(payload), JSON
+
+    async def _engine_state(self, body: bytes) -> Reply:
+        """Batch state and how far the host's step timing fell behind the model."""
+        engine, stats = self.engine, self.engine.stats
+        payload = {
+            "running": engine.num_running,
+            "waiting": engine.num_waiting,
+            "kv_cache_usage": engine.kv_cache_usage,
+            "generation_tokens": stats.generation_tokens,
+            "steps": stats.steps,
+            "modelled_step_seconds": stats.modelled_step_seconds,
+            "actual_step_seconds": stats.actual_step_seconds,
+            "late_steps": stats.late_steps,
+            "step_overrun": stats.step_overrun,
+        }
+        return 200, orjson.dumps(payload), JSON
+
+    async def _get_faults(self, body: bytes) -> Reply:
+        return 200, orjson.dumps(self.engine.faults.model_dump()), JSON
+
+    async def _set_faults(self, body: bytes) -> Reply:
+        """Merge the given fields into the active faults (others keep their values)."""
+        update = load_json(body)
+        try:
+            self.engine.faults = Faults.model_validate(self.engine.faults.model_dump() | update)
+        except ValidationError as exc:
+            raise bad_request(str(exc)) from exc
+        return await self._get_faults(b"")
+
+    async def _clear_faults(self, body: bytes) -> Reply:
+        self.engine.faults = Faults()
+        return await self._get_faults(b"")

@@ -1,0 +1,88 @@
+"""``specroute sim``: serve one simulated vLLM engine until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+import uvicorn
+
+from proxy.sim.config import Faults, SimConfig
+from proxy.sim.profile import load_profile
+from proxy.sim.server import create_sim_app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specroute sim",
+        description="Serve a simulated vLLM engine (OpenAI API, /metrics, fault switches).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--model", default="sim-llama-8b", help="served model name")
+    parser.add_argument(
+        "--speculation", choices=["none", "ngram", "draft_model", "eagle3"], default="none"
+    )
+    parser.add_argument("--k", type=int, default=3, help="draft tokens per step")
+    parser.add_argument("--profile", help="JSON or YAML file laid over the default profile")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=["none", "summary"],
+        default="summary",
+        help="add metrics.speculative_decoding to responses (as vLLM's flag)",
+    )
+    parser.add_argument("--log-level", default="info")
+    faults = parser.add_argument_group("faults (also switchable at run time: /admin/faults)")
+    faults.add_argument("--drift-from-token", type=int, help="first output token that differs")
+    faults.add_argument("--near-tie", action="store_true", help="drift shows as a near-tie")
+    faults.add_argument("--acceptance", type=float, help="force per-token draft acceptance")
+    faults.add_argument("--error-rate", type=float, default=0.0)
+    faults.add_argument("--error-status", type=int, choices=[500, 503], default=500)
+    faults.add_argument("--ttft-delay-ms", type=float, default=0.0)
+    faults.add_argument("--stall-ms", type=float, default=0.0)
+    faults.add_argument("--stall-after-tokens", type=int)
+    faults.add_argument("--disconnect-after-tokens", type=int)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    faults = Faults(
+        drift_from_token=args.drift_from_token,
+        near_tie=args.near_tie,
+        acceptance=args.acceptance,
+        error_rate=args.error_rate,
+        error_status=args.error_status,
+        ttft_delay_ms=args.ttft_delay_ms,
+        stall_ms=args.stall_ms,
+        stall_after_tokens=args.stall_after_tokens,
+        disconnect_after_tokens=args.disconnect_after_tokens,
+    )
+    config = SimConfig(
+        model=args.model,
+        speculation=args.speculation,
+        k=args.k,
+        seed=args.seed,
+        max_num_seqs=args.max_num_seqs,
+        per_request_spec_metrics=args.per_request_spec_decode_metrics == "summary",
+        faults=faults,
+    )
+    if args.profile:
+        config = config.model_copy(update={"profile": load_profile(args.profile)})
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = config_from_args(args)
+    uvicorn.run(
+        create_sim_app(config),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        proxy_headers=False,
+        backlog=2048,
+    )
+    return 0

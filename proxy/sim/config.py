@@ -1,0 +1,65 @@
+"""Settings of one simulated vLLM server: the model it claims to serve, speculation, faults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from proxy.sim.profile import EngineProfile, PromptClass, SpecMethod, default_profile
+
+
+class Faults(BaseModel):
+    """Switchable misbehaviour, settable at start (CLI) and at run time (``/admin/faults``).
+
+    ``drift_from_token`` is the 0-based index of the first output token that differs from
+    the greedy reference. A stall pauses a stream once, after ``stall_after_tokens`` tokens
+    (after the first token when unset). ``disconnect_after_tokens`` drops the connection of
+    streaming responses once that many tokens were sent.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    drift_from_token: int | None = Field(default=None, ge=0)
+    near_tie: bool = False
+    acceptance: float | None = Field(default=None, ge=0.0, le=1.0)
+    error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    error_status: Literal[500, 503] = 500
+    ttft_delay_ms: float = Field(default=0.0, ge=0.0)
+    stall_ms: float = Field(default=0.0, ge=0.0)
+    stall_after_tokens: int | None = Field(default=None, ge=0)
+    disconnect_after_tokens: int | None = Field(default=None, ge=0)
+
+
+class SimConfig(BaseModel):
+    """Everything a simulator instance needs; one object, shared by the CLI and tests."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "sim-llama-8b"
+    speculation: SpecMethod = "none"
+    k: int = Field(default=3, ge=1, le=16)
+    seed: int = 0
+    profile: EngineProfile = Field(default_factory=default_profile)
+    per_request_spec_metrics: bool = True
+    max_num_seqs: int = Field(default=256, gt=0)
+    faults: Faults = Field(default_factory=Faults)
+    acceptance: dict[PromptClass, float] | None = None
+
+    @model_validator(mode="after")
+    def _check_acceptance(self) -> SimConfig:
+        for cls, value in (self.acceptance or {}).items():
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"acceptance[{cls!r}] must lie in [0, 1]")
+        return self
+
+    @property
+    def speculative(self) -> bool:
+        return self.speculation != "none"
+
+    def acceptance_for(self, prompt_class: PromptClass) -> float:
+        """Per-token acceptance before faults: explicit override, else the profile's default."""
+        if self.acceptance is not None and prompt_class in self.acceptance:
+            return self.acceptance[prompt_class]
+        by_class = self.profile.acceptance.get(self.speculation, {})
+        return by_class.get(prompt_class, 0.0)
