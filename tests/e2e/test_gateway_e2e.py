@@ -151,25 +151,30 @@ def test_client_disconnect_frees_the_vllm_slot(
     vllm_servers: dict[str, VllmServer], vllm_metrics: VllmMetrics, tmp_path: Path
 ) -> None:
     server = vllm_servers["plain"]
+    max_tokens = 1000
+    body = {"model": server.model, "prompt": "Once upon a time", "max_tokens": max_tokens,
+            "stream": True, "ignore_eos": True}
     with gateway(tmp_path, [backend(server)]) as gw:
-        body = {
-            "model": server.model,
-            "prompt": "Once upon a time",
-            "max_tokens": 900,
-            "stream": True,
-            "ignore_eos": True,
-        }
-        with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=120) as resp:
-            for seen, _ in enumerate(resp.iter_raw(), start=1):
-                if seen >= 3:
-                    break
-            running = vllm_metrics.read(server.url).get("vllm:num_requests_running", 0)
-            assert running >= 1
-        after = vllm_metrics.wait_until(
-            server.url, lambda m: m.get("vllm:num_requests_running", 1) == 0, 20
-        )
-        assert after["vllm:num_requests_running"] == 0
+        for _ in range(3):
+            before = vllm_metrics.read(server.url)
+            with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=120) as resp:
+                for seen, _ in enumerate(resp.iter_raw(), start=1):
+                    if seen >= 3:
+                        break  # hang up mid-generation
+            after = vllm_metrics.wait_until(server.url, lambda m: m["vllm:num_requests_running"] == 0, 20)
+            assert after["vllm:num_requests_running"] == 0
+            # An aborted request is not counted as finished; on a starved machine the ~4 s
+            # the plain server needs for every token can pass first: that try proves
+            # nothing and is repeated.
+            if after["vllm:request_success_total"] == before["vllm:request_success_total"]:
+                break
+        else:
+            pytest.fail("three disconnected requests all ran to their end")
+        generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+        assert 0 < generated < max_tokens, "the request was not aborted"
         assert gw.call(lambda: gw.gateway.fleet.backends["plain"].local_inflight) == 0
+        text = httpx.get(gw.url + "/metrics").text
+        assert 'result="client_gone"' in text
 
 
 def _spec_totals(metrics: dict[str, float]) -> tuple[float, float, float]:
@@ -277,7 +282,16 @@ def test_canary_good_draft_promoted_bad_draft_rolled_back(
             "min_shadow_samples": 2,
             "evaluate_every": 2,
             "shadow_rate": 0.5,
-            "criteria": {"min_acceptance": 0.6, "collapse_acceptance": 0.2, "max_drift_rate": 0.5},
+            # On a CPU there is no memory-bound headroom: verifying drafts from a full copy
+            # of the target costs 1.5-2.2x a plain step (measured), so the TPOT criterion
+            # would rightly reject any draft model here. This test is about acceptance
+            # evidence, so TPOT gets a CPU-sized allowance.
+            "criteria": {
+                "min_acceptance": 0.6,
+                "collapse_acceptance": 0.2,
+                "max_drift_rate": 0.5,
+                "max_tpot_increase": 3.0,
+            },
         }
         shadow = {"reference_pool": "plain", "max_concurrency": 1, "max_share": 1.0}
         with gateway(tmp_path, backends, canary=canary, shadow=shadow) as gw:
@@ -297,7 +311,7 @@ def test_canary_good_draft_promoted_bad_draft_rolled_back(
                 time.sleep(0.05)
                 state = httpx.get(gw.url + "/admin/canary").json()["state"]
             report = httpx.get(gw.url + "/admin/canary").json()
-            assert report["state"] == expected, report
+            assert report["state"] == expected, (report["history"][0]["reason"], report["history"][0]["evidence"])
             assert report["history"][0]["actor"] == "controller"
             print(
                 f"\n{candidate}: {expected} after {sent} requests: {report['history'][0]['reason']}"
