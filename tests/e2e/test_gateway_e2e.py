@@ -257,9 +257,17 @@ def test_shadow_plain_vs_ngram_match(vllm_servers: dict[str, VllmServer], tmp_pa
                 if stream:
                     for _ in resp:  # type: ignore[union-attr]
                         pass
-        gw.call(lambda: gw.app.state.shadow.drain())
-        summary = httpx.get(gw.url + "/admin/shadow").json()
-        groups = {g["backend"]: g for g in summary["groups"]}
+        # A sample is queued as its response ends, just after the client read [DONE]:
+        # wait until every one has been replayed and judged.
+        expected = len(prompts) * 2
+        deadline = time.monotonic() + 120
+        while True:
+            gw.call(lambda: gw.app.state.shadow.drain())
+            summary = httpx.get(gw.url + "/admin/shadow").json()
+            groups = {g["backend"]: g for g in summary["groups"]}
+            if groups.get("ngram", {}).get("samples", 0) >= expected or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert groups["ngram"]["samples"] == len(prompts) * 2
         assert groups["ngram"]["outcomes"]["match"] == len(prompts) * 2, summary
 
