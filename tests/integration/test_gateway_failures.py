@@ -52,11 +52,13 @@ def test_5xx_before_first_byte_is_retried_elsewhere(tmp_path: Path, healthy: Sim
 
 
 def test_all_backends_failing_keeps_upstream_status_and_message(tmp_path: Path) -> None:
-    with run_sim_in_thread(SimConfig(faults=Faults(error_rate=1.0, error_status=503))) as failing:
-        with gateway(tmp_path, [sim_backend("failing", failing.url, "plain")]) as gw:
-            resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10)
-            assert resp.status_code == 503
-            assert resp.json()["error"]["message"]
+    with (
+        run_sim_in_thread(SimConfig(faults=Faults(error_rate=1.0, error_status=503))) as failing,
+        gateway(tmp_path, [sim_backend("failing", failing.url, "plain")]) as gw,
+    ):
+        resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10)
+        assert resp.status_code == 503
+        assert resp.json()["error"]["message"]
 
 
 def test_no_healthy_backend_is_503_and_not_ready(tmp_path: Path) -> None:
@@ -83,33 +85,37 @@ def test_connection_refused_is_retried_and_backend_ejected(tmp_path: Path, healt
 
 
 def test_backend_dying_mid_stream_ends_with_an_error_event(tmp_path: Path) -> None:
-    with run_sim_in_thread(SimConfig(faults=Faults(disconnect_after_tokens=5))) as flaky:
-        with gateway(tmp_path, [sim_backend("flaky", flaky.url, "plain")]) as gw:
-            body = {"model": MODEL, "messages": CHAT, "max_tokens": 40, "stream": True}
-            raw = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10).content
-            parts = events(raw)
-            assert parts[-1] == b"[DONE]"
-            error = orjson.loads(parts[-2])["error"]
-            assert error["code"] in {"upstream_stream_broken", "upstream_stream_truncated"}
-            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
-            with pytest.raises(openai.APIError):
-                for _ in client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, stream=True):
-                    pass
+    with (
+        run_sim_in_thread(SimConfig(faults=Faults(disconnect_after_tokens=5))) as flaky,
+        gateway(tmp_path, [sim_backend("flaky", flaky.url, "plain")]) as gw,
+    ):
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 40, "stream": True}
+        raw = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10).content
+        parts = events(raw)
+        assert parts[-1] == b"[DONE]"
+        error = orjson.loads(parts[-2])["error"]
+        assert error["code"] in {"upstream_stream_broken", "upstream_stream_truncated"}
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.APIError):
+            for _ in client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, stream=True):
+                pass
 
 
 def test_stalled_backend_hits_the_idle_timeout(tmp_path: Path) -> None:
-    with run_sim_in_thread(SimConfig(faults=Faults(stall_ms=5000, stall_after_tokens=2))) as stalling:
-        with gateway(tmp_path, [sim_backend("stalling", stalling.url, "plain")], idle_timeout_s=0.5) as gw:
-            started = time.monotonic()
-            body = {"model": MODEL, "messages": CHAT, "max_tokens": 30, "stream": True}
-            raw = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10).content
-            assert time.monotonic() - started < 4
-            assert orjson.loads(events(raw)[-2])["error"]["code"] == "upstream_idle_timeout"
-            # The stalled sequence was aborted on the backend, not left running.
-            deadline = time.monotonic() + 5
-            while stalling.engine.num_running and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert stalling.engine.num_running == 0
+    with (
+        run_sim_in_thread(SimConfig(faults=Faults(stall_ms=5000, stall_after_tokens=2))) as stalling,
+        gateway(tmp_path, [sim_backend("stalling", stalling.url, "plain")], idle_timeout_s=0.5) as gw,
+    ):
+        started = time.monotonic()
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 30, "stream": True}
+        raw = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10).content
+        assert time.monotonic() - started < 4
+        assert orjson.loads(events(raw)[-2])["error"]["code"] == "upstream_idle_timeout"
+        # The stalled sequence was aborted on the backend, not left running.
+        deadline = time.monotonic() + 5
+        while stalling.engine.num_running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stalling.engine.num_running == 0
 
 
 def test_slow_first_byte_is_retried_on_another_backend(tmp_path: Path, healthy: SimServer) -> None:
@@ -123,17 +129,19 @@ def test_slow_first_byte_is_retried_on_another_backend(tmp_path: Path, healthy: 
 
 
 def test_client_disconnect_frees_the_backend_slot(tmp_path: Path) -> None:
-    with run_sim_in_thread(SimConfig(faults=Faults(stall_ms=20_000, stall_after_tokens=3))) as sim:
-        with gateway(tmp_path, [sim_backend("b", sim.url, "plain")]) as gw:
-            body = {"model": MODEL, "messages": CHAT, "max_tokens": 200, "stream": True}
-            with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, timeout=10) as resp:
-                for _ in resp.iter_raw():
-                    break  # read a little, then hang up while the backend is stalled
-            deadline = time.monotonic() + 5
-            while (sim.engine.num_running or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert sim.engine.num_running == 0
-            assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
-            text = httpx.get(gw.url + "/metrics").text
-            assert 'result="client_gone"' in text
+    with (
+        run_sim_in_thread(SimConfig(faults=Faults(stall_ms=20_000, stall_after_tokens=3))) as sim,
+        gateway(tmp_path, [sim_backend("b", sim.url, "plain")]) as gw,
+    ):
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 200, "stream": True}
+        with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, timeout=10) as resp:
+            for _ in resp.iter_raw():
+                break  # read a little, then hang up while the backend is stalled
+        deadline = time.monotonic() + 5
+        while (sim.engine.num_running or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sim.engine.num_running == 0
+        assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
+        text = httpx.get(gw.url + "/metrics").text
+        assert 'result="client_gone"' in text
 

@@ -1,4 +1,9 @@
-from proxy.shadow_compare import RefToken, compare, tokens_from_chat_logprobs, tokens_from_completion_logprobs
+from proxy.shadow_compare import (
+    RefToken,
+    compare,
+    tokens_from_chat_logprobs,
+    tokens_from_completion_logprobs,
+)
 
 
 def toks(*pieces: tuple[str, float]) -> list[RefToken]:
