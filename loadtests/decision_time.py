@@ -146,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         row = result[part]
         print(f"  {part[:-3]:<9} p50 {row['p50']:8.1f} us   p99 {row['p99']:8.1f} us")
     target = 100.0
-    verdict = "met" if result["total_us"]["p99"] < target else "NOT met"
-    print(f"  target p99 < {target:.0f} us per request: {verdict}")
+    # The target is the routing decision (filters, scorers, picker, route header); the
+    # classifier runs before it and is shown apart (and in the total).
+    verdict = "met" if result["schedule_us"]["p99"] < target else "NOT met"
+    print(f"  target: decision p99 < {target:.0f} us per request: {verdict}")
     result["target_met"] = verdict == "met"
     if args.json:
         args.json.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())

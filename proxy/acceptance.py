@@ -51,17 +51,18 @@ class AcceptanceTracker:
 
     def __init__(self, settings: AcceptanceSettings) -> None:
         self.settings = settings
-        self._windows: dict[tuple[str, str], _Window] = {}
+        # (backend, class) -> window; read directly by the acceptance scorer's hot path.
+        self.windows: dict[tuple[str, str], _Window] = {}
 
     def configure(self, settings: AcceptanceSettings) -> None:
         if settings.window != self.settings.window:
-            for key, window in list(self._windows.items()):
+            for key, window in list(self.windows.items()):
                 resized = _Window(deque(maxlen=settings.window))
                 for acc, drafted in window.samples:
                     resized.add(acc, drafted)
-                self._windows[key] = resized
+                self.windows[key] = resized
         self.settings = settings
-        for window in self._windows.values():
+        for window in self.windows.values():
             self._judge(window)
 
     def _judge(self, window: _Window) -> None:
@@ -74,9 +75,9 @@ class AcceptanceTracker:
 
     def _window(self, backend: str, label: str) -> _Window:
         key = (backend, label)
-        window = self._windows.get(key)
+        window = self.windows.get(key)
         if window is None:
-            window = self._windows[key] = _Window(deque(maxlen=self.settings.window))
+            window = self.windows[key] = _Window(deque(maxlen=self.settings.window))
         return window
 
     def observe(self, backend: str, label: str, accepted: float, drafted: float) -> None:
@@ -93,7 +94,7 @@ class AcceptanceTracker:
 
     def rate(self, backend: str, label: str) -> tuple[float | None, int]:
         """Windowed acceptance rate and how many requests it rests on."""
-        window = self._windows.get((backend, label))
+        window = self.windows.get((backend, label))
         if window is None:
             return None, 0
         return window.rate, len(window.samples)
@@ -109,7 +110,7 @@ class AcceptanceTracker:
         Judged on a short window so a collapse is acted on within a few requests, while
         the score uses the longer window.
         """
-        window = self._windows.get((backend, label))
+        window = self.windows.get((backend, label))
         return window is not None and window.below
 
     def take_probe(self, backend: str, label: str) -> bool:
@@ -123,7 +124,7 @@ class AcceptanceTracker:
 
     def snapshot(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
-        for (backend, label), window in sorted(self._windows.items()):
+        for (backend, label), window in sorted(self.windows.items()):
             out.append(
                 {
                     "backend": backend,

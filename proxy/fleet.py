@@ -97,6 +97,9 @@ class Fleet:
             else:
                 fresh[spec.name] = BackendState(spec=spec)
         self.backends = fresh
+        self.by_model: dict[str, list[BackendState]] = {}
+        for backend in fresh.values():
+            self.by_model.setdefault(backend.spec.model, []).append(backend)
 
     def get(self, name: str) -> BackendState | None:
         return self.backends.get(name)

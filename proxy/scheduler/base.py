@@ -41,6 +41,8 @@ class SchedulingContext:
     break_even: BreakEvenModel
     # Plugins may leave notes about a backend here (why it was dropped / probed).
     notes: dict[str, str] = field(default_factory=dict)
+    # Set while explaining (/admin/explain): plugins may then spend time on detail.
+    explain: bool = False
     # A filter may insist on one backend (an acceptance probe); it goes first if it survives.
     forced: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
@@ -64,6 +66,10 @@ class Filter(Protocol):
 
 
 class Scorer(Protocol):
+    """Rates one backend in [0, 1]. A scorer may also define
+    ``score_all(ctx, backends) -> list[float]`` (same values, one call per request), which the
+    scheduler prefers: per-call overhead dominates with many backends."""
+
     name: str
 
     def score(self, ctx: SchedulingContext, backend: BackendState) -> float: ...

@@ -14,6 +14,8 @@ class ModelFilter:
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
         model = ctx.request.model
+        if len(backends) == len(ctx.fleet.backends):  # first filter: the fleet's own index
+            return list(ctx.fleet.by_model.get(model, ()))
         return [b for b in backends if b.spec.model == model]
 
 
@@ -45,7 +47,7 @@ class CapacityFilter:
     soft = False
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        return [b for b in backends if b.inflight < b.spec.max_concurrency]
+        return [b for b in backends if b.local_inflight + b.others_inflight < b.max_concurrency]
 
 
 class AcceptanceFloorFilter:
@@ -61,9 +63,14 @@ class AcceptanceFloorFilter:
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
         label = ctx.request.label
         tracker = ctx.acceptance
+        windows = tracker.windows
         kept: list[BackendState] = []
         for backend in backends:
-            if backend.speculative and tracker.below_floor(backend.name, label):
+            if not backend.speculative:
+                kept.append(backend)
+                continue
+            window = windows.get((backend.name, label))
+            if window is not None and window.below:
                 if ctx.forced is None and tracker.take_probe(backend.name, label):
                     # A probe must really reach the backend, whatever the scorers think.
                     ctx.notes[backend.name] = "acceptance probe"

@@ -20,14 +20,21 @@ class MaxScorePicker:
     def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
         if not candidates:
             return []
-        # A random key per candidate, then a stable sort on the rounded score: equal scores
-        # land in random order without a second pass.
-        rnd = self._random.random
-        scale = 1.0 / self.tie_epsilon
-        keyed = sorted(candidates, key=lambda c: (-round(c.total * scale), rnd()))
+        if ctx.explain:
+            # Full order for the explanation; equal scores in random order.
+            rnd = self._random.random
+            scale = 1.0 / self.tie_epsilon
+            ordered = sorted(candidates, key=lambda c: (-round(c.total * scale), rnd()))
+        else:
+            # The request path needs only the winner (a retry schedules again): one pass.
+            best = max(c.total for c in candidates)
+            floor = best - self.tie_epsilon
+            ties = [c for c in candidates if c.total >= floor]
+            first = ties[0] if len(ties) == 1 else self._random.choice(ties)
+            ordered = [first, *(c for c in candidates if c is not first)]
         if ctx.forced is not None:
-            keyed.sort(key=lambda c: c.backend.name != ctx.forced)
-        return keyed
+            ordered.sort(key=lambda c: c.backend.name != ctx.forced)
+        return ordered
 
 
 class RandomPicker:

@@ -70,6 +70,7 @@ class Scheduler:
 
     def schedule(self, request: RequestInfo, *, explain: bool = False) -> Decision:
         ctx = self._context(request)
+        ctx.explain = explain
         profile = self._profile
         backends: list[BackendState] = list(self.fleet.backends.values())
         dropped: dict[str, str] = {}
@@ -94,8 +95,12 @@ class Scheduler:
         totals = [0.0] * len(backends)
         per_plugin: dict[str, list[float]] = {}
         for scorer, weight in scorers:
-            score = scorer.score
-            values = [score(ctx, b) for b in backends]
+            score_all = getattr(scorer, "score_all", None)
+            if score_all is not None:
+                values: list[float] = score_all(ctx, backends)
+            else:
+                score = scorer.score
+                values = [score(ctx, b) for b in backends]
             if explain:
                 per_plugin[scorer.name] = values
             if weight:

@@ -38,6 +38,11 @@ class BreakEvenScorer:
             return self.plain_score
         return 1.0 if ctx.break_even.speculating(backend) else 0.0
 
+    def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
+        speculating = ctx.break_even.speculating
+        plain = self.plain_score
+        return [(1.0 if speculating(b) else 0.0) if b.speculative else plain for b in backends]
+
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
             return "plain"
@@ -61,17 +66,18 @@ class AcceptanceScorer:
     def __init__(self, max_speedup: float = 4.0, verify_cost: float = 0.02) -> None:
         self.max_speedup = max_speedup
         self.verify_cost = verify_cost
-        # Per backend: (its spec object, k, step cost), recomputed when the spec changes.
-        self._shapes: dict[str, tuple[object, int, float]] = {}
+        # Per backend: (its spec object, k, step cost, method), recomputed when the spec
+        # changes.
+        self._shapes: dict[str, tuple[object, int, float, str]] = {}
 
-    def _shape(self, backend: BackendState) -> tuple[int, float]:
+    def _shape(self, backend: BackendState) -> tuple[object, int, float, str]:
         cached = self._shapes.get(backend.name)
         if cached is None or cached[0] is not backend.spec:
             spec = backend.spec.speculation
             k = max(spec.k, 1)
             cost = 1.0 + k * (self.verify_cost + DRAFT_COST.get(spec.method, 0.1))
-            cached = self._shapes[backend.name] = (backend.spec, k, cost)
-        return cached[1], cached[2]
+            cached = self._shapes[backend.name] = (backend.spec, k, cost, spec.method)
+        return cached
 
     def acceptance(self, ctx: SchedulingContext, backend: BackendState) -> tuple[float, str]:
         label = ctx.request.label
@@ -86,7 +92,7 @@ class AcceptanceScorer:
 
     def speedup(self, ctx: SchedulingContext, backend: BackendState) -> float:
         a, _ = self.acceptance(ctx, backend)
-        k, cost = self._shape(backend)
+        _, k, cost, _ = self._shape(backend)
         return (1.0 + a * k) / cost
 
     def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
@@ -94,6 +100,35 @@ class AcceptanceScorer:
             return 0.0
         gain = (self.speedup(ctx, backend) - 1.0) / (self.max_speedup - 1.0)
         return min(max(gain, 0.0), 1.0)
+
+    def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
+        """``score`` for every backend, with the measured-window path inlined (hot path)."""
+        label = ctx.request.label
+        windows = ctx.acceptance.windows
+        min_samples = ctx.acceptance.settings.min_samples
+        priors = ctx.policy.acceptance.priors
+        span = self.max_speedup - 1.0
+        out: list[float] = []
+        for b in backends:
+            if not b.speculative:
+                out.append(0.0)
+                continue
+            _, k, cost, method = self._shape(b)
+            window = windows.get((b.name, label))
+            if window is not None and len(window.samples) >= min_samples and window.drafted > 0:
+                a = window.accepted / window.drafted
+            else:
+                by_class = priors.get(method)
+                prior = by_class.get(label) if by_class is not None else None
+                if prior is not None:
+                    a = prior
+                elif b.window_acceptance is not None:
+                    a = b.window_acceptance
+                else:
+                    a = 0.5
+            gain = ((1.0 + a * k) / cost - 1.0) / span
+            out.append(0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain)
+        return out
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
@@ -115,6 +150,17 @@ class LoadScorer:
         util = max(inflight / backend.max_concurrency, backend.kv_usage)
         util += self.waiting_penalty * backend.waiting
         return 1.0 - min(util, 1.0)
+
+    def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
+        penalty = self.waiting_penalty
+        out: list[float] = []
+        for b in backends:
+            util = (b.local_inflight + b.others_inflight) / b.max_concurrency
+            if b.kv_usage > util:
+                util = b.kv_usage
+            util += penalty * b.waiting
+            out.append(0.0 if util >= 1.0 else 1.0 - util)
+        return out
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         limit = backend.spec.max_concurrency

@@ -97,3 +97,24 @@ def test_import_string_plugins_and_bad_types() -> None:
         Scheduler.build_profile(mixed_fleet(routing={"scorers": [{"type": "nope"}]}))
     with pytest.raises(PluginError, match="bad params"):
         Scheduler.build_profile(mixed_fleet(routing={"scorers": [{"type": "load", "params": {"typo": 1}}]}))
+
+
+def test_batch_scoring_equals_per_backend_scoring() -> None:
+    import random
+
+    from proxy.scheduler.base import SchedulingContext
+    from proxy.scheduler.scorers import AcceptanceScorer, BreakEvenScorer, LoadScorer
+
+    rng = random.Random(3)
+    s = build(mixed_fleet())
+    for b in s.fleet.backends.values():
+        b.others_inflight = rng.randint(0, 300)
+        b.kv_usage = rng.random()
+        b.waiting = rng.randint(0, 3)
+    for _ in range(6):
+        s.acceptance.observe("ngram-0", "code", rng.uniform(0, 4), 4)
+    backends = list(s.fleet.backends.values())
+    for label in ("code", "chat", "rag"):
+        ctx = SchedulingContext(RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even)
+        for scorer in (BreakEvenScorer(), AcceptanceScorer(), LoadScorer()):
+            assert scorer.score_all(ctx, backends) == [scorer.score(ctx, b) for b in backends]
