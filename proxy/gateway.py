@@ -30,6 +30,7 @@ from proxy.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+from proxy.watch import Watch
 
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 STICKY_HEADERS = (b"x-specroute-session", b"x-session-id", b"x-user-id")
@@ -163,6 +164,21 @@ class Gateway:
         send: Send,
         rid: bytes,
     ) -> None:
+        watch = Watch(receive)
+        try:
+            await self._attempts(parsed, info, label, watch, send, rid)
+        finally:
+            watch.close()
+
+    async def _attempts(
+        self,
+        parsed: ParsedRequest,
+        info: RequestInfo,
+        label: Classification,
+        watch: Watch,
+        send: Send,
+        rid: bytes,
+    ) -> None:
         tried: set[str] = set()
         last: _Retry | None = None
         for attempt in range(1, self.settings.max_attempts + 1):
@@ -175,7 +191,7 @@ class Gateway:
             backend = chosen.backend
             tried.add(backend.name)
             result = await self._attempt(
-                parsed, decision, backend, label, receive, send, rid, attempt
+                parsed, decision, backend, label, watch, send, rid, attempt
             )
             if result is None:
                 return
@@ -201,7 +217,7 @@ class Gateway:
         decision: Decision,
         backend: BackendState,
         label: Classification,
-        receive: Receive,
+        watch: Watch,
         send: Send,
         rid: bytes,
         attempt: int,
@@ -251,6 +267,14 @@ class Gateway:
                         if parsed.stream and upstream.status == 200
                         else upstream.read()
                     )
+            except asyncio.CancelledError:
+                if watch.absorb() != "client":
+                    raise
+                # Gone before the first byte (queued, prefilling): drop the upstream request
+                # now (the finally below) so the engine frees the slot.
+                outcome.client_gone = True
+                outcome.error = "client disconnected before the first byte"
+                return None
             except TimeoutError:
                 backend.mark_failure("first byte timeout", self.settings.health_failures_to_eject)
                 return _Retry(
@@ -289,7 +313,7 @@ class Gateway:
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 relay = StreamRelay(
                     send,
-                    receive,
+                    watch,
                     upstream,
                     outcome,
                     idle_timeout_s=self.settings.idle_timeout_s,
@@ -305,7 +329,7 @@ class Gateway:
             if outcome.finished == 0.0:
                 outcome.finished = time.monotonic()
             await self.store.add_inflight(backend.name, -1)
-            if outcome.first_byte is not None:
+            if outcome.first_byte is not None or outcome.client_gone:
                 self._observe(parsed, outcome, decision)
 
     async def _relay_unary(

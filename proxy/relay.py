@@ -24,6 +24,7 @@ import orjson
 
 from proxy.errors import GatewayError
 from proxy.upstream import UpstreamError, UpstreamResponse
+from proxy.watch import Watch
 
 Message = MutableMapping[str, Any]
 Send = Callable[[Message], Awaitable[None]]
@@ -113,7 +114,7 @@ class StreamRelay:
     def __init__(
         self,
         send: Send,
-        receive: Receive,
+        watch: Watch,
         upstream: UpstreamResponse,
         outcome: Outcome,
         *,
@@ -121,53 +122,37 @@ class StreamRelay:
         strip_usage: bool,
     ) -> None:
         self._send = send
-        self._receive = receive
+        self._watch = watch
         self._upstream = upstream
         self._outcome = outcome
         self._idle_timeout = idle_timeout_s
         self._strip_usage = strip_usage
         self._last = 0.0
-        self._why: str | None = None
-        self._task: asyncio.Task[Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
-    # -- cancellation sources ---------------------------------------------------------------
-    def _cancel(self, why: str) -> None:
-        if self._why is None and self._task is not None:
-            self._why = why
-            self._task.cancel()
-
     def _check_idle(self) -> None:
+        # A timer per stream instead of a timeout per read: reads only stamp the time.
         loop = asyncio.get_running_loop()
         idle = loop.time() - self._last
         if idle >= self._idle_timeout:
-            self._cancel("idle")
+            self._watch.cancel("idle")
         else:
             self._timer = loop.call_later(self._idle_timeout - idle, self._check_idle)
-
-    async def _watch_client(self) -> None:
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self._cancel("client")
-                return
 
     # -- the relay -----------------------------------------------------------------------------
     async def run(self, first: bytes) -> None:
         """Relay ``first`` (already read) and the rest; the response must have started."""
         loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
         self._last = loop.time()
         self._timer = loop.call_later(self._idle_timeout, self._check_idle)
-        watcher = loop.create_task(self._watch_client())
         outcome = self._outcome
         try:
             await self._pump(first, loop)
         except asyncio.CancelledError:
-            if self._why is None or self._task is None:
+            why = self._watch.absorb()
+            if why is None:
                 raise
-            self._task.uncancel()
-            if self._why == "client":
+            if why == "client":
                 outcome.client_gone = True
                 outcome.error = "client disconnected"
             else:
@@ -177,10 +162,9 @@ class StreamRelay:
             outcome.error = f"backend {outcome.backend} broke the stream: {exc.detail}"
             await self._fail(GatewayError(502, outcome.error, code="upstream_stream_broken"))
         finally:
-            self._why = self._why or "done"
+            self._watch.close()
             if self._timer is not None:
                 self._timer.cancel()
-            watcher.cancel()
             outcome.finished = time.monotonic()
             if outcome.ok:
                 await self._upstream.release()

@@ -145,3 +145,20 @@ def test_client_disconnect_frees_the_backend_slot(tmp_path: Path) -> None:
         text = httpx.get(gw.url + "/metrics").text
         assert 'result="client_gone"' in text
 
+
+
+def test_client_leaving_before_the_first_byte_frees_the_slot(tmp_path: Path) -> None:
+    with (
+        run_sim_in_thread(SimConfig(faults=Faults(ttft_delay_ms=20_000))) as sim,
+        gateway(tmp_path, [sim_backend("b", sim.url, "plain")]) as gw,
+    ):
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 50, "stream": True}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+        started = time.monotonic()
+        while (sim.engine.num_running or sim.engine.num_waiting or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)) and time.monotonic() - started < 5:
+            time.sleep(0.05)
+        assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
+        assert sim.engine.num_running == 0
+        assert time.monotonic() - started < 5
+        assert 'result="client_gone"' in httpx.get(gw.url + "/metrics").text

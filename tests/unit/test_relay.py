@@ -6,6 +6,7 @@ import orjson
 
 from proxy.relay import DONE, Outcome, StreamRelay
 from proxy.upstream import UpstreamError
+from proxy.watch import Watch
 
 
 class FakeUpstream:
@@ -69,7 +70,7 @@ async def run(script: Sequence[bytes | float | Exception], *, strip: bool = Fals
     outcome = Outcome("b", "p", True, "chat", 1, started=time.monotonic())
     if capture:
         outcome.text = []
-    relay = StreamRelay(send, receive, upstream, outcome, idle_timeout_s=idle, strip_usage=strip)  # type: ignore[arg-type]
+    relay = StreamRelay(send, Watch(receive), upstream, outcome, idle_timeout_s=idle, strip_usage=strip)  # type: ignore[arg-type]
     await relay.run(script[0])  # type: ignore[arg-type]
     if more:
         assert more[-1] is False or outcome.client_gone, "a finished stream must end the body"
