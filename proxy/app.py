@@ -190,6 +190,22 @@ def _relay_route(path: str, kind: str) -> Route:
 
 StartupHook = Callable[[FastAPI], Awaitable[None]]
 
+RELAYED = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+class GatewayApp(FastAPI):
+    """FastAPI for the control plane; the two relayed endpoints are dispatched before
+    FastAPI's middleware stack (~30-40 us per request measured), straight to the relay."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            kind = RELAYED.get(scope["path"])
+            gateway: Gateway | None = getattr(self.state, "gateway", None)
+            if kind is not None and gateway is not None:
+                await gateway.handle(kind, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
 
 def create_app(
     settings: Settings | None = None,
@@ -199,7 +215,7 @@ def create_app(
 ) -> FastAPI:
     """Build the gateway app. ``store`` overrides the configured one (tests)."""
     settings = settings or Settings()
-    app = FastAPI(
+    app = GatewayApp(
         title="specroute", version="0.1.0", lifespan=lifespan, default_response_class=OrjsonResponse
     )
     app.state.settings = settings

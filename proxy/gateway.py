@@ -7,8 +7,8 @@ The two OpenAI endpoints are raw ASGI callables bound to :meth:`Gateway.handle`.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -122,7 +122,8 @@ class Gateway:
         return asgi
 
     async def handle(self, kind: str, scope: Message, receive: Receive, send: Send) -> None:
-        request_id = _header(scope, b"x-request-id") or uuid.uuid4().hex
+        # os.urandom, not uuid4: the same 128 random bits at a tenth of the cost.
+        request_id = _header(scope, b"x-request-id") or os.urandom(16).hex()
         rid = request_id.encode("latin-1")
         try:
             if scope.get("method") != "POST":

@@ -7,8 +7,10 @@ inside the bytes only where it must: a substring test per read for the usage eve
 verification. Measured figures go into an :class:`Outcome` for the observers.
 
 Why raw ``send`` rather than Starlette's ``StreamingResponse``: the latter wraps every
-chunk in an async generator and runs a task group per response; at tens of thousands of
-chunks per second that was the gateway's largest cost (see loadtests/README.md).
+chunk in an async generator and runs a task group per response; a naive FastAPI
+``StreamingResponse`` over ``httpx.aiter_raw`` was measured at ~11k chunks/s where a minimal
+aiohttp pass-through does ~56k on the same 2-core machine (reference figures of the gateway
+issue). ``loadtests/overhead.py`` measures this relay against that pass-through.
 """
 
 from __future__ import annotations
@@ -213,9 +215,14 @@ class StreamRelay:
     def _inspect(self, data: bytes, strip: bool) -> bytes:
         """Parse the events of ``data`` that matter; drop the usage event if injected."""
         outcome = self._outcome
+        capture = outcome.text is not None
         kept: list[bytes] = []
         dropped = False
         for event in data.split(_EVENT_END)[:-1]:
+            if not capture and b'"usage"' not in event:
+                # One read can carry dozens of events; parse only the one with usage.
+                kept.append(event)
+                continue
             payload = event[6:] if event.startswith(b"data: ") else b""
             if not payload or payload == b"[DONE]" or payload[:1] != b"{":
                 kept.append(event)

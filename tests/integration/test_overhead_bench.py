@@ -15,11 +15,12 @@ from typing import Any
 import openai
 import orjson
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from loadtests.overhead import MODEL, QUICK, gateway_target
 from loadtests.processes import ROOT, Service, free_port, start
 
-CHAT = [{"role": "user", "content": "Count to three."}]
+CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Count to three."}]
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ async def test_stub_streams_through_the_yardstick_as_openai_chunks(
         client = openai.AsyncOpenAI(base_url=service.url + "/v1", api_key="x", max_retries=0)
         stream = await client.chat.completions.create(
             model=MODEL,
-            messages=CHAT,  # type: ignore[arg-type]
+            messages=CHAT,
             max_tokens=7,
             stream=True,
             stream_options={"include_usage": True},
@@ -102,7 +103,9 @@ def test_quick_run_measures_every_target_at_every_point(tmp_path: Path) -> None:
             ceiling = concurrency * QUICK.expected_events / per_stream_s
             assert p["chunks_per_s"] <= ceiling * 1.05, (concurrency, target)
 
-    comparisons = {(c["delay_ms"], c["concurrency"], c["target"]): c for c in results["comparisons"]}
+    comparisons = {
+        (c["delay_ms"], c["concurrency"], c["target"]): c for c in results["comparisons"]
+    }
     assert set(comparisons) == {k for k in expected if k[2] != "direct"}
     for key, c in comparisons.items():
         point = points[key]

@@ -1,0 +1,188 @@
+"""Ratios, target checks and the printed tables of the overhead benchmark.
+
+Targets (issue 2): at c=64 and c=256 a gateway relays at least 0.8x the yardstick's chunks/s;
+at c=1 and c=32 its added TTFT p50 (over direct) is within 0.5 ms of the yardstick's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+THROUGHPUT_LEVELS = (64, 256)
+MIN_YARDSTICK_RATIO = 0.8
+LATENCY_LEVELS = (1, 32)
+MAX_EXTRA_TTFT_MS = 0.5
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def compare(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each relay's point against direct and the yardstick at the same delay and concurrency."""
+    by_key = {(p["delay_ms"], p["concurrency"], p["target"]): p for p in points}
+    rows = []
+    for p in points:
+        if p["target"] == "direct":
+            continue
+        key = (p["delay_ms"], p["concurrency"])
+        direct = by_key.get((*key, "direct"))
+        yard = by_key.get((*key, "yardstick"))
+        if direct is None or yard is None:
+            continue
+        rows.append(
+            {
+                "delay_ms": p["delay_ms"],
+                "concurrency": p["concurrency"],
+                "target": p["target"],
+                "x_direct": _ratio(p["chunks_per_s"], direct["chunks_per_s"]),
+                "x_yardstick": _ratio(p["chunks_per_s"], yard["chunks_per_s"]),
+                "added_ttft_p50_ms": _minus(p["ttft_p50_ms"], direct["ttft_p50_ms"]),
+                "added_ttft_p99_ms": _minus(p["ttft_p99_ms"], direct["ttft_p99_ms"]),
+                "yardstick_added_ttft_p50_ms": _minus(yard["ttft_p50_ms"], direct["ttft_p50_ms"]),
+            }
+        )
+    return rows
+
+
+def check_targets(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    checks = []
+    for c in comparisons:
+        if not c["target"].startswith("gateway"):
+            continue
+        common = {"delay_ms": c["delay_ms"], "concurrency": c["concurrency"], "target": c["target"]}
+        if c["concurrency"] in THROUGHPUT_LEVELS and c["x_yardstick"] is not None:
+            value = c["x_yardstick"]
+            checks.append(
+                {
+                    **common,
+                    "check": "chunks/s vs yardstick",
+                    "value": value,
+                    "limit": MIN_YARDSTICK_RATIO,
+                    "met": value >= MIN_YARDSTICK_RATIO,
+                }
+            )
+        extra = _minus(c["added_ttft_p50_ms"], c["yardstick_added_ttft_p50_ms"])
+        if c["concurrency"] in LATENCY_LEVELS and extra is not None:
+            checks.append(
+                {
+                    **common,
+                    "check": "added TTFT p50 minus yardstick's (ms)",
+                    "value": extra,
+                    "limit": MAX_EXTRA_TTFT_MS,
+                    "met": extra <= MAX_EXTRA_TTFT_MS,
+                }
+            )
+    return checks
+
+
+def _f(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+COLUMNS = (
+    ("c", 5),
+    ("target", 14),
+    ("chunks/s", 9),
+    ("x direct", 9),
+    ("x yard", 7),
+    ("TTFT p50", 9),
+    ("p99 ms", 8),
+    ("+p50 ms", 8),
+    ("proxy us/chunk", 15),
+    ("cpu% proxy", 11),
+    ("stub", 5),
+    ("client", 7),
+    ("other", 6),
+    ("streams", 8),
+    ("bad", 4),
+)
+
+
+def _line(cells: list[str]) -> str:
+    return " ".join(
+        cell.ljust(width) if i == 1 else cell.rjust(width)
+        for i, (cell, (_, width)) in enumerate(zip(cells, COLUMNS, strict=True))
+    )
+
+
+def format_scenario(
+    delay_ms: float, chunks: int, points: list[dict[str, Any]], comparisons: list[dict[str, Any]]
+) -> str:
+    ratios = {(c["concurrency"], c["target"]): c for c in comparisons}
+    out = [
+        f"== streams of {chunks} chunks, {delay_ms:g} ms between chunks ==",
+        _line([name for name, _ in COLUMNS]),
+    ]
+    for p in points:
+        r = ratios.get((p["concurrency"], p["target"]), {})
+        window = p["window_s"]
+        cpu = p["cpu_s"]
+        out.append(
+            _line(
+                [
+                    str(p["concurrency"]),
+                    p["target"],
+                    f"{p['chunks_per_s']:.0f}",
+                    _f(r.get("x_direct"), ".2f"),
+                    _f(r.get("x_yardstick"), ".2f"),
+                    _f(p["ttft_p50_ms"], ".2f"),
+                    _f(p["ttft_p99_ms"], ".2f"),
+                    _f(r.get("added_ttft_p50_ms"), "+.2f"),
+                    _f(p["proxy_cpu_us_per_chunk"], ".1f"),
+                    _f(cpu["proxy"] / window * 100 if "proxy" in cpu else None, ".0f"),
+                    f"{cpu['stub'] / window * 100:.0f}",
+                    f"{cpu['client'] / window * 100:.0f}",
+                    f"{cpu['others'] / window * 100:.0f}",
+                    str(p["requests"]),
+                    str(p["bad_streams"] + sum(p["errors"].values())),
+                ]
+            )
+        )
+    for p in points:
+        for what, sample in p["error_samples"].items():
+            out.append(
+                f"  ! c={p['concurrency']} {p['target']}: {p['errors'][what]} x {what}: {sample}"
+            )
+    return "\n".join(out)
+
+
+def format_targets(checks: list[dict[str, Any]]) -> str:
+    if not checks:
+        return "targets: none of the checked concurrency levels were run"
+    out = ["targets (gateway vs yardstick):"]
+    for t in checks:
+        if t["check"].startswith("chunks/s"):
+            what = f"chunks/s {t['value']:.2f}x yardstick (needs >= {t['limit']:.2f})"
+        else:
+            what = f"added TTFT p50 {t['value']:+.2f} ms vs yardstick (needs <= {t['limit']:.2f})"
+        verdict = "met" if t["met"] else "NOT MET"
+        out.append(
+            f"  {t['target']:<14} delay {t['delay_ms']:>4g} ms  c={t['concurrency']:<4}"
+            f" {what:<55} {verdict}"
+        )
+    return "\n".join(out)
+
+
+def format_report(results: dict[str, Any]) -> str:
+    plan = results["plan"]
+    machine = results["machine"]
+    repeat = f", least disturbed of {plan['repeat']} windows" if plan["repeat"] > 1 else ""
+    sections = [
+        f"overhead benchmark: {machine['cpus']} CPUs, python {machine['python']}, load average "
+        f"{machine['loadavg_before'][0]:.2f} before / {machine['loadavg_after'][0]:.2f} after; "
+        f"{plan['duration_s']:g} s per point after {plan['warmup_s']:g} s warm-up"
+        f"{repeat}\n"
+        "cpu% is of one core; other = every other process on the machine; "
+        "+p50 = TTFT p50 minus direct's; bad = broken streams + errors"
+    ]
+    for delay in plan["delays_ms"]:
+        points = [p for p in results["points"] if p["delay_ms"] == delay]
+        comps = [c for c in results["comparisons"] if c["delay_ms"] == delay]
+        sections.append(format_scenario(delay, plan["chunks"], points, comps))
+    sections.append(format_targets(results["targets"]))
+    return "\n\n".join(sections)
