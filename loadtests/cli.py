@@ -1,0 +1,56 @@
+"""``specroute bench <benchmark> ...``: the benchmarks behind one command.
+
+Each benchmark owns its arguments (``specroute bench <benchmark> --help``); every one
+prints a markdown report and writes it, with ``results.json`` and PNG plots, to
+``loadtests/reports/<benchmark>-<time>/`` or ``--out``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+BENCHMARKS = {
+    "load": ("loadtests.load", "drive any OpenAI-compatible endpoint with a trace"),
+    "break-even": ("loadtests.break_even", "speculative vs plain endpoint over concurrency"),
+    "routing-quality": (
+        "loadtests.routing_quality",
+        "goodput of routing policies, simulated fleet",
+    ),
+    "acceptance-collapse": (
+        "loadtests.acceptance_collapse",
+        "a draft head collapses: how fast traffic leaves",
+    ),
+    "shadow-overhead": ("loadtests.shadow_overhead", "user latency with shadow rate 1.0 vs 0.0"),
+    "overhead": ("loadtests.overhead", "gateway relay overhead vs a minimal pass-through"),
+    "decision-time": ("loadtests.decision_time", "classify + schedule time per request"),
+    "sim-tpot-curves": ("loadtests.sim_tpot_curves", "simulator TPOT over concurrency"),
+    "store-latency": ("loadtests.store_latency", "shared-store operation latency"),
+}
+
+
+def usage() -> str:
+    width = max(len(name) for name in BENCHMARKS)
+    lines = ["usage: specroute bench <benchmark> [options]", "", "benchmarks:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in BENCHMARKS.items()]
+    lines.append("\n'specroute bench <benchmark> --help' lists a benchmark's options.")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in BENCHMARKS:
+        print(f"unknown benchmark {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(BENCHMARKS[name][0])
+    result = module.main(rest)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Routing quality: goodput of routing policies on a simulated 2 speculative + 2 plain fleet.
+
+One trace of chat / RAG / code requests whose concurrency goes from low through medium to
+high and back is replayed, request for request (same prompts, same seeds), through the
+gateway under each policy of :mod:`loadtests.routing_policies`. Each policy gets fresh
+simulators and a fresh gateway, so none inherits another's learned state. Goodput is the
+number of requests per second that finish inside a phase meeting both the TTFT and the
+TPOT objective; the per-phase best-static envelope is, phase by phase, the best goodput of
+the policies that do not learn (as if an operator had switched to the right fixed policy
+at every phase change, with hindsight).
+
+    specroute bench routing-quality                 # full run (about 9 minutes)
+    specroute bench routing-quality --quick         # reduced: 3 policies, short trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadtests.loadgen import LoadGenerator, RunResult, fetch_metrics, run_async
+from loadtests.prices import GpuPrice, resolve_price
+from loadtests.prompts import DEFAULT_MIX, PromptFactory, parse_mix
+from loadtests.report import machine, report_dir, write_json, write_outputs
+from loadtests.routing_policies import FLEET, POLICIES, SPECULATIVE, build_policy
+from loadtests.routing_report import compare, render
+from loadtests.simfleet import MODEL, SimFleet, admin_json, gateway, step_lag
+from loadtests.summary import Slo, metrics_acceptance, summarize
+from loadtests.traces import Phase, format_trace, parse_trace
+
+FULL_TRACE = "c8@4,c48@4,c128@4,c256@4,c48@4,c8@4"
+QUICK_TRACE = "c4@1.5,c96@1.5,c4@1.5"
+QUICK_POLICIES = ("least-loaded", "all-plain", "specroute-learned")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    trace: list[Phase] = field(default_factory=lambda: parse_trace(FULL_TRACE))
+    policies: tuple[str, ...] = POLICIES
+    time_scale: float = 3.0
+    seed: int = 1
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    output_scale: float = 1.0
+    slo: Slo = field(default_factory=Slo)
+    price: GpuPrice = field(default_factory=lambda: resolve_price("h200"))
+    timeline_bins: int = 48
+    # Whole-trace goodput is also reported under these (TTFT s, TPOT s) objectives.
+    slo_variants: tuple[tuple[float, float], ...] = ((0.3, 0.015), (1.0, 0.05))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "trace": format_trace(self.trace),
+            "policies": list(self.policies),
+            "time_scale": self.time_scale,
+            "seed": self.seed,
+            "mix": self.mix,
+            "output_scale": self.output_scale,
+            "slo": {"ttft_ms": self.slo.ttft_s * 1000, "tpot_ms": self.slo.tpot_s * 1000},
+            "slo_text": self.slo.describe(),
+            "gpu_price": dataclasses.asdict(self.price),
+            "gpus": len(FLEET),
+            "fleet": [dataclasses.asdict(s) for s in FLEET],
+        }
+
+
+async def spec_counters(fleet: SimFleet) -> dict[str, float]:
+    """``vllm:spec_decode_*`` counters summed over the speculative simulators."""
+    total: dict[str, float] = {}
+    for name in SPECULATIVE:
+        for key, value in (await fetch_metrics(fleet.url(name), ["vllm:spec_decode"])).items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+async def run_policy(plan: Plan, name: str, workdir: Path) -> dict[str, Any]:
+    async with SimFleet(FLEET, plan.time_scale, workdir) as fleet:
+        policy = build_policy(name, fleet)
+        async with gateway(policy, workdir, name) as gw:
+            engines_before = await fleet.engine_states()
+            counters_before = await spec_counters(fleet)
+            generator = LoadGenerator(gw.url, MODEL, time_scale=plan.time_scale, progress=name)
+            factory = PromptFactory(plan.seed, plan.mix, plan.output_scale)
+            run = await generator.run(plan.trace, factory)
+            lag = step_lag(engines_before, await fleet.engine_states())
+            acceptance = metrics_acceptance(counters_before, await spec_counters(fleet))
+            break_even = (await admin_json(gw.url, "/admin/break-even"))["pools"]
+    result = analyse(run, plan)
+    result |= {"lag": lag, "metrics_acceptance": acceptance, "break_even": break_even}
+    return result
+
+
+def _spec_share(records: Sequence[Any]) -> float | None:
+    routed = [r for r in records if r.ok and r.backend is not None]
+    if not routed:
+        return None
+    return sum(1 for r in routed if r.backend in SPECULATIVE) / len(routed)
+
+
+def analyse(run: RunResult, plan: Plan) -> dict[str, Any]:
+    scale, slo, gpus = run.time_scale, plan.slo, len(FLEET)
+    end = run.phase_windows[-1][1]
+    phases = []
+    for index, window in enumerate(run.phase_windows):
+        summary = summarize(run.records, window, scale, slo, plan.price, gpus)
+        summary["spec_share"] = _spec_share([r for r in run.records if r.phase == index])
+        summary["name"] = run.phases[index].name
+        phases.append(summary)
+    overall = summarize(run.records, (0.0, end), scale, slo, plan.price, gpus)
+    overall["spec_share"] = _spec_share(run.records)
+    routes: dict[str, Counter[str]] = {}
+    for r in run.records:
+        if r.ok and r.backend:
+            routes.setdefault(r.label, Counter())[r.backend] += 1
+    misclassified = sum(1 for r in run.records if r.klass is not None and r.klass != r.label)
+    variants = []
+    for ttft, tpot in plan.slo_variants:
+        other = Slo(ttft, tpot)
+        good = summarize(run.records, (0.0, end), scale, other)["overall"]["goodput_rps"]
+        variants.append({"slo": other.describe(), "goodput_rps": good})
+    return {
+        "slo_variants": variants,
+        "phases": phases,
+        "overall": overall,
+        "routes": {label: dict(c) for label, c in sorted(routes.items())},
+        "misclassified": misclassified,
+        "requests_sent": len(run.records),
+        "timeline": timeline(run, plan),
+    }
+
+
+def timeline(run: RunResult, plan: Plan) -> dict[str, list[float | None]]:
+    """Per time bin (model seconds): median TPOT (ms) of requests ending in it, share of
+    requests started in it that went to a speculative backend, goodput (req/s)."""
+    scale, width = run.time_scale, run.phase_windows[-1][1] / plan.timeline_bins
+    t: list[float | None] = []
+    tpot: list[float | None] = []
+    share: list[float | None] = []
+    good: list[float | None] = []
+    for i in range(plan.timeline_bins):
+        lo, hi = i * width, (i + 1) * width
+        ended = [r for r in run.records if r.ok and r.end is not None and lo <= r.end < hi]
+        started = [r for r in run.records if lo <= r.start < hi]
+        tpots = [tp / scale * 1000 for r in ended if (tp := r.tpot) is not None]
+        t.append((lo + hi) / 2 / scale)
+        tpot.append(statistics.median(tpots) if tpots else None)
+        share.append(_spec_share(started))
+        good.append(sum(1 for r in ended if plan.slo.met(r, scale)) / (width / scale))
+    return {"t_s": t, "tpot_ms": tpot, "spec_share": share, "goodput_rps": good}
+
+
+async def run(plan: Plan) -> dict[str, Any]:
+    results: dict[str, Any] = {"plan": plan.describe(), "machine_before": machine()}
+    policies: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="routing-quality-") as workdir:
+        for index, name in enumerate(plan.policies, 1):
+            print(f"[{index}/{len(plan.policies)}] {name}", file=sys.stderr, flush=True)
+            policies[name] = await run_policy(plan, name, Path(workdir))
+    results["policies"] = policies
+    results["machine_after"] = machine()
+    results["comparison"] = compare(results)
+    return results
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="specroute bench routing-quality", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="3 policies, short trace")
+    parser.add_argument("--trace", help=f"phases (default {FULL_TRACE}; see loadtests/traces.py)")
+    parser.add_argument("--policies", nargs="+", choices=POLICIES)
+    parser.add_argument("--time-scale", type=float, help="simulated step costs x this (default 3)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--mix", default="chat=0.5,rag=0.3,code=0.2")
+    parser.add_argument("--output-scale", type=float, default=1.0, help="output lengths x this")
+    parser.add_argument("--slo-ttft-ms", type=float, default=500.0)
+    parser.add_argument("--slo-tpot-ms", type=float, default=25.0)
+    parser.add_argument("--gpu", default="h200", help="price preset: a100, h100, h200, l40s")
+    parser.add_argument("--gpu-price-per-hour", type=float, help="custom $/GPU-hour")
+    parser.add_argument("--out", type=Path, help="report folder (default loadtests/reports/...)")
+    parser.add_argument("--render", type=Path, help="only re-render the report of a results.json")
+    args = parser.parse_args(argv)
+    plan = Plan(
+        trace=parse_trace(args.trace or (QUICK_TRACE if args.quick else FULL_TRACE)),
+        policies=tuple(args.policies or (QUICK_POLICIES if args.quick else POLICIES)),
+        time_scale=args.time_scale or (2.0 if args.quick else 3.0),
+        seed=args.seed,
+        mix=parse_mix(args.mix),
+        output_scale=args.output_scale * (0.5 if args.quick else 1.0),
+        slo=Slo(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000),
+        price=resolve_price(args.gpu, args.gpu_price_per_hour),
+    )
+    return plan, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    plan, args = parse_args(argv)
+    folder = report_dir("routing-quality", args.out)
+    if args.render is not None:
+        results = orjson.loads(args.render.read_bytes())
+        results["comparison"] = compare(results)
+    else:
+        results = run_async(run(plan))
+        write_json(folder, results)  # first: a long run is never lost to a report error
+    markdown = render(results, folder)
+    write_outputs(folder, markdown, results)
+    print(markdown)
+    print(f"\nreport: {folder}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,257 @@
+"""Shadow verification overhead: user latency with shadow rate 1.0 vs 0.0, and a bounded queue.
+
+The routing-quality fleet serves greedy chat / RAG / code requests through specroute
+(static break-even) with ``shadow: {reference_pool: plain}``; every request a speculative
+backend served is eligible for replay on a plain backend. The same trace runs with shadow
+rate 0.0 and 1.0 (fresh simulators and gateway each): a normal phase, then an overload
+phase in which far more samples arrive than the replay workers (``max_concurrency``) can
+verify. Printed side by side: the users' TTFT / TPOT / ITL percentiles and their ratio,
+the gateway's CPU per relayed chunk, and, sampled from the gateway's ``/metrics`` during
+the run, ``specroute_shadow_queue_depth`` (it must stay at or under ``queue_size``) and
+``specroute_shadow_dropped_total`` (samples dropped instead of queued). A third run at rate
+0.0 with sampled (non-greedy) requests shows what the relay spends capturing greedy
+outputs for verification even when nothing is replayed.
+
+    specroute bench shadow-overhead [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from loadtests.loadgen import LoadGenerator, fetch_metrics, run_async
+from loadtests.loadgen_sse import cpu_seconds
+from loadtests.prompts import PromptFactory
+from loadtests.report import machine, report_dir, table, write_outputs
+from loadtests.routing_policies import FLEET, build_policy
+from loadtests.simfleet import MODEL, SimFleet, admin_json, format_lag, gateway, step_lag
+from loadtests.summary import Slo, fmt, summarize
+from loadtests.traces import parse_trace
+
+RUNS = {
+    "shadow 0.0": (0.0, 0.0),  # (shadow rate, temperature)
+    "shadow 1.0": (1.0, 0.0),
+    "shadow 0.0, sampled": (0.0, 0.7),
+}
+QUEUE_SIZE = 64
+
+
+def policy(fleet: SimFleet, rate: float, queue_size: int) -> dict[str, Any]:
+    doc = build_policy("specroute-static", fleet)
+    doc["shadow"] = {"reference_pool": "plain", "rate": rate, "queue_size": queue_size}
+    return doc
+
+
+async def watch_queue(url: str, samples: list[float], every_s: float) -> None:
+    while True:
+        try:
+            metrics = await fetch_metrics(url, ["specroute_shadow_queue_depth"])
+        except (aiohttp.ClientError, TimeoutError):
+            pass  # a missed sample under overload; the next one comes soon
+        else:
+            samples.append(metrics.get("specroute_shadow_queue_depth", 0.0))
+        await asyncio.sleep(every_s)
+
+
+async def run_one(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    rate, temperature = RUNS[name]
+    async with SimFleet(FLEET, args.time_scale, workdir) as fleet:
+        doc = policy(fleet, rate, args.queue_size)
+        async with gateway(doc, workdir, name.replace(" ", "-").replace(",", "")) as gw:
+            before = await fleet.engine_states()
+            depth: list[float] = []
+            watcher = asyncio.create_task(watch_queue(gw.url, depth, 0.25 * args.time_scale))
+            cpu_before = cpu_seconds(gw.pid)
+            generator = LoadGenerator(
+                gw.url, MODEL, time_scale=args.time_scale, temperature=temperature, progress=name
+            )
+            factory = PromptFactory(args.seed, None, args.output_scale)
+            run = await generator.run(parse_trace(args.trace), factory)
+            cpu = cpu_seconds(gw.pid) - cpu_before
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            counters = await fetch_metrics(gw.url, ["specroute_shadow"])
+            shadow = await admin_json(gw.url, "/admin/shadow")
+            lag = step_lag(before, await fleet.engine_states())
+            # Replays per reference backend: requests it finished that no user sent it.
+            replays = {}
+            for spec in (s for s in FLEET if s.method == "none"):
+                served = await fetch_metrics(fleet.url(spec.name), ["vllm:request_success_total"])
+                users = sum(1 for r in run.records if r.backend == spec.name)
+                replays[spec.name] = served.get("vllm:request_success_total", 0.0) - users
+    slo = Slo(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000)
+    end = run.phase_windows[-1][1]
+    chunks = sum(r.chunks for r in run.records if r.ok)
+    return {
+        "rate": rate,
+        "temperature": temperature,
+        "overall": summarize(run.records, (0.0, end), run.time_scale, slo)["overall"],
+        "phases": [
+            summarize(run.records, w, run.time_scale, slo)["overall"] | {"name": p.name}
+            for p, w in zip(run.phases, run.phase_windows, strict=True)
+        ],
+        "gateway_cpu_us_per_chunk": cpu / chunks * 1e6 if chunks else None,
+        "queue_depth_max": max(depth, default=0.0),
+        "queue_depth_mean": sum(depth) / len(depth) if depth else 0.0,
+        "queue_samples": len(depth),
+        "dropped": counters.get("specroute_shadow_dropped_total", 0.0),
+        "verified": counters.get("specroute_shadow_total", 0.0),
+        "shadow": {k: shadow.get(k) for k in ("queue_depth", "dropped", "concurrency", "groups")},
+        "replays_by_backend": replays,
+        "lag": lag,
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or not b else f"{a / b:.2f}x"
+
+
+def render(results: dict[str, Any]) -> str:
+    runs, s = results["runs"], results["settings"]
+    keys = [("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")]
+    header = [
+        "run",
+        *[f"{label} p50 / p90 / p99 ms" for _, label in keys],
+        "goodput req/s",
+        "gateway us/chunk",
+        "queue depth max (limit)",
+        "dropped",
+        "verified",
+        "errors",
+    ]
+    rows = []
+    for name, r in runs.items():
+        o = r["overall"]
+        rows.append(
+            [
+                name,
+                *[" / ".join(fmt(o[k][q], ".1f") for q in ("p50", "p90", "p99")) for k, _ in keys],
+                fmt(o["goodput_rps"]),
+                fmt(r["gateway_cpu_us_per_chunk"], ".1f"),
+                f"{r['queue_depth_max']:.0f} ({s['queue_size']})",
+                f"{r['dropped']:.0f}",
+                f"{r['verified']:.0f}",
+                str(o["errors"]),
+            ]
+        )
+    on, off = runs["shadow 1.0"]["overall"], runs["shadow 0.0"]["overall"]
+    rows.append(
+        [
+            "ratio 1.0 / 0.0",
+            *[
+                " / ".join(_ratio(on[k][q], off[k][q]) for q in ("p50", "p90", "p99"))
+                for k, _ in keys
+            ],
+            _ratio(on["goodput_rps"], off["goodput_rps"]),
+            _ratio(
+                runs["shadow 1.0"]["gateway_cpu_us_per_chunk"],
+                runs["shadow 0.0"]["gateway_cpu_us_per_chunk"],
+            ),
+            "",
+            "",
+            "",
+            "",
+        ]
+    )
+    lines = [
+        "# Shadow verification overhead",
+        "",
+        f"Fleet: {', '.join(x['name'] for x in results['fleet'])}; specroute (static break-even) with "
+        f"`shadow: {{reference_pool: plain, rate: R, queue_size: {s['queue_size']}}}`; trace `{s['trace']}` "
+        f"(model seconds; time scale {s['time_scale']:g}, times divided back); greedy requests unless noted.",
+        "",
+        table(header, rows),
+        "",
+        f"**Shadow overhead (rate 1.0 / 0.0):** TTFT p50 {_ratio(on['ttft_ms']['p50'], off['ttft_ms']['p50'])}, "
+        f"TPOT p50 {_ratio(on['tpot_ms']['p50'], off['tpot_ms']['p50'])}, TPOT p99 "
+        f"{_ratio(on['tpot_ms']['p99'], off['tpot_ms']['p99'])}.",
+        "",
+        "Per phase (TPOT p50 ms, rate 0.0 / 1.0):",
+        "",
+    ]
+    phase_rows = []
+    for i, ph in enumerate(runs["shadow 0.0"]["phases"]):
+        other = runs["shadow 1.0"]["phases"][i]
+        phase_rows.append(
+            [
+                ph["name"],
+                fmt(ph["tpot_ms"]["p50"], ".2f"),
+                fmt(other["tpot_ms"]["p50"], ".2f"),
+                fmt(ph["ttft_ms"]["p50"]),
+                fmt(other["ttft_ms"]["p50"]),
+            ]
+        )
+    lines.append(
+        table(["phase", "TPOT p50 0.0", "TPOT p50 1.0", "TTFT p50 0.0", "TTFT p50 1.0"], phase_rows)
+    )
+    lines += [
+        "",
+        *[
+            f"- {n}: replays by reference backend "
+            + ", ".join(f"{b} {v:.0f}" for b, v in r["replays_by_backend"].items())
+            + f"; step timing: {format_lag(r['lag'])}"
+            for n, r in runs.items()
+        ],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "machine_before": machine(),
+        "fleet": [{"name": s.name} for s in FLEET],
+    }
+    runs: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="shadow-") as workdir:
+        for name in args.runs:
+            print(f"run: {name}", file=sys.stderr, flush=True)
+            runs[name] = await run_one(name, args, Path(workdir))
+    results |= {"runs": runs, "machine_after": machine()}
+    results["settings"] = {k: v for k, v in vars(args).items() if k != "out"}
+    return results
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="specroute bench shadow-overhead", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="short trace, without the sampled run")
+    parser.add_argument("--trace", help="default c32@6,c160@4 (quick: c16@1.5,c96@1.5)")
+    parser.add_argument("--time-scale", type=float, help="default 3 (quick 2)")
+    parser.add_argument("--queue-size", type=int, default=QUEUE_SIZE)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--output-scale", type=float)
+    parser.add_argument("--slo-ttft-ms", type=float, default=500.0)
+    parser.add_argument("--slo-tpot-ms", type=float, default=25.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    args.trace = args.trace or ("c16@1.5,c96@1.5" if args.quick else "c32@6,c160@4")
+    args.time_scale = args.time_scale or (2.0 if args.quick else 3.0)
+    args.output_scale = args.output_scale or (0.5 if args.quick else 1.0)
+    args.runs = tuple(RUNS)[:2] if args.quick else tuple(RUNS)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = run_async(run(args))
+    folder = report_dir("shadow-overhead", args.out)
+    markdown = render(results)
+    write_outputs(folder, markdown, results)
+    print(markdown)
+    print(f"report: {folder}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,193 @@
+"""Reduced forms of the routing benchmarks (break-even, routing quality, acceptance collapse,
+shadow overhead), run end to end on simulated fleets: real simulator and gateway processes,
+real streams. They check the shape and sanity of the results, not speed.
+
+The break-even run uses n-gram speculation with k=8 at a forced per-token acceptance of 0.4,
+whose margins are wide at both ends (about 1.4x faster per token alone, well over 1.5x
+slower at 256 even with the prefill load of short requests): the default profile's own
+margin at 256 is only ~13%, too thin for a shared, busy host. The full forms are documented
+in loadtests/README.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtests import acceptance_collapse, break_even, load, routing_quality, shadow_overhead
+from loadtests.break_even_report import render as render_break_even
+from loadtests.prompts import PromptFactory
+from loadtests.routing_report import render as render_routing
+from loadtests.simfleet import SimFleet, SimSpec
+from loadtests.streams import RequestRecord
+from loadtests.summary import Slo, tokens_in_window
+from loadtests.traces import arrivals, parse_trace
+from proxy.classify import Classifier
+from proxy.sim.prompt_class import classify_prompt
+from proxy.sim.request_parsing import render_chat
+
+
+def test_traces_parse_and_open_loop_arrivals_follow_the_rate() -> None:
+    phases = parse_trace("c8@10,r5@20,r0-40@10,r200@1s")
+    assert [p.name for p in phases] == ["c8", "r5", "r0-40", "r200"]
+    assert phases[2].rate_at(5.0) == pytest.approx(20.0)
+    times = arrivals(phases, seed=3)
+    assert times == arrivals(phases, seed=3)  # same seed, same trace
+    counts = [sum(1 for _, i in times if i == k) for k in range(4)]
+    assert counts[0] == 0  # closed-loop phases have no arrivals
+    for got, want in zip(counts[1:], (100, 200, 200), strict=True):
+        assert abs(got - want) < 4 * want**0.5  # Poisson: within four standard deviations
+    assert all(10 <= t < 41 for t, _ in times)
+    with pytest.raises(ValueError, match="bad phase"):
+        parse_trace("c8")
+
+
+def test_prompts_are_reproducible_and_classified_as_intended_by_gateway_and_simulator() -> None:
+    factory, again = PromptFactory(seed=5), PromptFactory(seed=5)
+    classifier = Classifier()
+    agree = 0
+    for i in range(150):
+        prompt = factory.make(i)
+        assert prompt == again.make(i)
+        _, plain = render_chat(prompt.messages)
+        gateway_label = classifier.classify({"messages": prompt.messages}).label
+        agree += gateway_label == prompt.label == classify_prompt(plain)
+    assert agree >= 145
+    assert {factory.make(i).label for i in range(150)} == {"chat", "rag", "code"}
+
+
+def test_goodput_counts_only_requests_meeting_both_objectives() -> None:
+    rec = RequestRecord(0, "chat", 0, start=1.0, status=200, first=1.2, end=2.2, tokens=11)
+    rec.itl = [0.1] * 10  # ten gaps: last token at 2.2 s, TPOT = 1.0 s / 10 = 100 ms
+    assert rec.tpot == pytest.approx(0.1)
+    assert Slo(ttft_s=0.25, tpot_s=0.1).met(rec, scale=1.0)
+    assert not Slo(ttft_s=0.25, tpot_s=0.05).met(rec, scale=1.0)
+    assert Slo(ttft_s=0.25, tpot_s=0.05).met(rec, scale=2.0)  # slowed-down simulators
+    assert tokens_in_window(rec, 1.7, 10.0) == pytest.approx(5.5)
+    assert break_even.crossover([1, 2, 4], [1.0, 2.0, 3.0], [2.0, 2.0, 2.0]) == pytest.approx(2.0)
+    assert break_even.crossover([1, 2], [1.0, 1.0], [2.0, 2.0]) is None
+
+
+async def test_load_command_runs_open_and_closed_phases_against_a_backend(tmp_path: Path) -> None:
+    spec = SimSpec("ngram", "ngram", "ngram", 4)
+    async with SimFleet([spec], time_scale=1.0, workdir=tmp_path) as fleet:
+        args = load.parse_args(
+            ["--url", fleet.url("ngram"), "--model", "sim-llama-8b", "--trace", "r40@1,c4@1",
+             "--output-scale", "0.2", "--gpu", "l40s"]
+        )  # fmt: skip
+        results = await load.run(args)
+    markdown = load.render(results)
+    print(markdown)
+    overall = results["overall"]["overall"]
+    assert overall["errors"] == 0 and results["client_dropped"] == 0
+    open_phase, closed_phase = (p["overall"] for p in results["phases"])
+    assert 20 <= open_phase["requests"] <= 70  # Poisson arrivals at 40/s for 1 s
+    assert closed_phase["requests"] >= 4
+    assert set(results["overall"]["classes"]) == {"chat", "rag", "code"}
+    # Speculative backend: acceptance from the responses and from its /metrics agree.
+    assert overall["acceptance"] == pytest.approx(results["metrics_acceptance"], abs=0.02)
+    assert overall["tokens_per_chunk"] > 1.0
+    assert overall["usd_per_m_output_tokens"] > 0
+    assert "L40S" in markdown
+
+
+async def test_break_even_speculation_wins_alone_and_loses_at_256(tmp_path: Path) -> None:
+    args = break_even.build_parser().parse_args(
+        ["--sim", "--sim-method", "ngram", "--sim-k", "8", "--sim-acceptance", "0.4",
+         "--levels", "1", "256", "--settle", "1.5", "--measure", "1.0",
+         "--output-scale", "0.3", "--time-scale", "2"]
+    )  # fmt: skip
+    results = await break_even.run(args)
+    markdown = render_break_even(results, tmp_path)
+    print(markdown)
+    spec, plain = results["spec"], results["plain"]
+    assert [p["concurrency"] for p in spec] == [p["concurrency"] for p in plain] == [1, 256]
+    assert all(p["ok"] > 0 and p["errors"] == 0 for p in (*spec, *plain))
+    assert spec[0]["tpot_ms"]["p50"] < plain[0]["tpot_ms"]["p50"]
+    assert spec[1]["tpot_ms"]["p50"] > plain[1]["tpot_ms"]["p50"]
+    assert 1 <= results["crossover_tpot"] <= 256
+    # Acceptance read back from the responses: chain drafting at per-token 0.4 with k=8
+    # keeps sum(0.4^j, j=1..8) = 0.666 of 8 drafts per step.
+    for point in spec:
+        assert point["acceptance"] == pytest.approx(0.666 / 8, abs=0.03)
+    assert all(p["acceptance"] is None for p in plain)
+    assert (tmp_path / "break_even.png").stat().st_size > 0
+    assert "Crossover (TPOT)" in markdown
+    assert set(results["lag"]) == {"spec", "plain"}
+
+
+async def test_routing_quality_compares_policies_on_one_trace(tmp_path: Path) -> None:
+    plan = routing_quality.Plan(
+        trace=parse_trace("c4@1.2,c64@1.2"),
+        policies=("least-loaded", "specroute-learned"),
+        time_scale=1.5,
+        output_scale=0.4,
+        timeline_bins=12,
+    )
+    results = await routing_quality.run(plan)
+    markdown = render_routing(results, tmp_path)
+    print(markdown)
+    policies = results["policies"]
+    assert list(policies) == ["least-loaded", "specroute-learned"]
+    for res in policies.values():
+        assert [p["name"] for p in res["phases"]] == ["c4", "c64"]
+        for phase in res["phases"]:
+            o = phase["overall"]
+            assert o["ok"] > 0 and o["errors"] == 0, o["error_kinds"]
+            assert 0 <= o["goodput_rps"] <= o["throughput_rps"]
+        assert len(res["timeline"]["t_s"]) == 12
+        assert res["misclassified"] <= 0.1 * res["requests_sent"]
+    # Alone, specroute speculates for every request; least-loaded spreads over all four.
+    assert policies["specroute-learned"]["phases"][0]["spec_share"] >= 0.9
+    assert 0.2 <= policies["least-loaded"]["phases"][0]["spec_share"] <= 0.9
+    routes = policies["specroute-learned"]["routes"]
+    assert routes["chat"].get("eagle-0", 0) > routes["chat"].get("ngram-0", 0)
+    for label in ("rag", "code"):
+        assert routes[label].get("ngram-0", 0) > routes[label].get("eagle-0", 0)
+    comparison = results["comparison"]
+    assert [e["policy"] for e in comparison["envelope"]] == ["least-loaded"] * 2
+    assert len(comparison["targets"]) == 3
+    assert all(isinstance(t["value"], float) for t in comparison["targets"])
+    for name in ("goodput_by_policy.png", "tpot_over_time.png", "spec_share_over_time.png"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+async def test_acceptance_collapse_moves_traffic_off_the_collapsed_head(tmp_path: Path) -> None:
+    args = acceptance_collapse.parse_args(
+        ["--quick", "--trace", "c12@2.4", "--fault-at", "0.8", "--time-scale", "1.5"]
+    )
+    results = await acceptance_collapse.run(args)
+    print(acceptance_collapse.render(results, tmp_path))
+    floor, open_ = results["runs"]["floor"], results["runs"]["no-floor"]
+    for run in (floor, open_):
+        assert run["errors"] == 0
+        assert run["requests_after"] > 0
+        # The fault took effect: what the collapsed backend served afterwards drafted in vain.
+        if run["collapsed_acceptance_after"] is not None:
+            assert run["collapsed_acceptance_after"] < 0.05
+    assert floor["exposure"]["moved_off"]
+    assert floor["exposure"]["requests"] <= 25
+    assert open_["exposure"]["probes"] == 0  # no floor filter, no probes
+    assert set(floor["exposure_by_class"]) == {"chat", "code", "rag"}
+    assert isinstance(results["damage"]["avoided_ms"], float)
+    assert (tmp_path / "acceptance_collapse.png").stat().st_size > 0
+
+
+async def test_shadow_overhead_keeps_the_queue_bounded_under_overload(tmp_path: Path) -> None:
+    args = shadow_overhead.parse_args(
+        ["--quick", "--trace", "c12@1,c96@1.2", "--time-scale", "1.5", "--queue-size", "8"]
+    )
+    results = await shadow_overhead.run(args)
+    markdown = shadow_overhead.render(results)
+    print(markdown)
+    off, on = results["runs"]["shadow 0.0"], results["runs"]["shadow 1.0"]
+    for run in (off, on):
+        assert run["overall"]["errors"] == 0
+        assert run["overall"]["ok"] > 0
+        assert run["queue_samples"] > 0
+    assert off["verified"] == off["dropped"] == off["queue_depth_max"] == 0
+    assert on["verified"] > 0
+    assert on["dropped"] > 0  # far more samples than 4 replay workers verify
+    assert on["queue_depth_max"] <= 8
+    assert "ratio 1.0 / 0.0" in markdown
