@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.break_even_report import render
-from loadtests.loadgen import LoadGenerator, fetch_metrics, run_async
+from loadtests.endpoints import fetch_metrics
+from loadtests.loadgen import LoadGenerator, run_async
 from loadtests.prices import resolve_price
 from loadtests.prompts import PromptFactory, parse_mix
 from loadtests.report import machine, report_dir, write_outputs

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtests.loadgen import LoadGenerator, fetch_metrics, run_async
+from loadtests.endpoints import fetch_metrics
+from loadtests.loadgen import LoadGenerator, run_async
 from loadtests.prices import price_notes, resolve_price
 from loadtests.prompts import PromptFactory, parse_mix
 from loadtests.report import machine, report_dir, table, write_outputs

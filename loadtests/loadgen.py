@@ -21,7 +21,6 @@ from typing import Any, Literal, TypeVar
 
 import aiohttp
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadtests.prompts import Prompt, PromptFactory
 from loadtests.streams import RequestRecord, stream_request
@@ -261,26 +260,6 @@ class _State:
 
     async def changed(self) -> None:
         await self._event.wait()
-
-
-async def fetch_metrics(base_url: str, names: Sequence[str] = ()) -> dict[str, float]:
-    """Prometheus samples from ``{base_url}/metrics``, summed over labels per sample name.
-
-    ``names`` keeps only samples whose name starts with one of them (all when empty).
-    """
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(base_url.rstrip("/") + "/metrics") as resp,
-    ):
-        text = await resp.text()
-    totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if names and not sample.name.startswith(tuple(names)):
-                continue
-            totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
-    return totals
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -28,13 +28,15 @@ from typing import Any
 
 import orjson
 
-from loadtests.loadgen import LoadGenerator, RunResult, fetch_metrics, run_async
+from loadtests.endpoints import admin_json, fetch_metrics
+from loadtests.loadgen import LoadGenerator, RunResult, run_async
 from loadtests.prices import GpuPrice, resolve_price
 from loadtests.prompts import DEFAULT_MIX, PromptFactory, parse_mix
 from loadtests.report import machine, report_dir, write_json, write_outputs
+from loadtests.routing_compare import compare
 from loadtests.routing_policies import FLEET, POLICIES, SPECULATIVE, build_policy
-from loadtests.routing_report import compare, render
-from loadtests.simfleet import MODEL, SimFleet, admin_json, gateway, step_lag
+from loadtests.routing_report import render
+from loadtests.simfleet import MODEL, SimFleet, gateway, step_lag
 from loadtests.summary import Slo, metrics_acceptance, summarize
 from loadtests.traces import Phase, format_trace, parse_trace
 

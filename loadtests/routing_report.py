@@ -1,57 +1,14 @@
-"""The routing-quality benchmark's comparison, markdown report and plots (from its results)."""
+"""The routing-quality benchmark's markdown report (from its results and comparison)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from loadtests.report import figure, save, table
-from loadtests.routing_policies import STATIC_POLICIES
+from loadtests.report import table
+from loadtests.routing_compare import PEER
+from loadtests.routing_plots import plot_all
 from loadtests.summary import fmt
-
-LEARNED, PEER = "specroute-learned", "least-loaded"
-MIN_GAIN_OVER_PEER = 1.2
-MAX_SHORTFALL_TO_ENVELOPE = 0.05
-
-
-def compare(results: dict[str, Any]) -> dict[str, Any]:
-    """Per-phase best-static envelope, ratios and the issue's two targets."""
-    policies = results["policies"]
-    static = [p for p in STATIC_POLICIES if p in policies]
-    phases = results["plan"]["trace"].split(",")
-    out: dict[str, Any] = {"envelope": [], "envelope_overall_rps": None, "targets": []}
-    if static:
-        for i in range(len(phases)):
-            best = max(static, key=lambda p: policies[p]["phases"][i]["overall"]["goodput_rps"])
-            rps = policies[best]["phases"][i]["overall"]["goodput_rps"]
-            out["envelope"].append({"policy": best, "goodput_rps": rps})
-        lengths = [ph["window_s"] for ph in policies[static[0]]["phases"]]
-        weighted = sum(e["goodput_rps"] * n for e, n in zip(out["envelope"], lengths, strict=True))
-        out["envelope_overall_rps"] = weighted / sum(lengths)
-    if LEARNED in policies and PEER in policies:
-        ours = policies[LEARNED]["overall"]["overall"]["goodput_rps"]
-        peer = policies[PEER]["overall"]["overall"]["goodput_rps"]
-        gain = ours / peer if peer else None
-        out["targets"].append(
-            {
-                "target": f"{LEARNED} goodput >= {MIN_GAIN_OVER_PEER}x {PEER} over the whole trace",
-                "value": gain,
-                "met": gain is not None and gain >= MIN_GAIN_OVER_PEER,
-            }
-        )
-    if LEARNED in policies and static:
-        for i, (name, env) in enumerate(zip(phases, out["envelope"], strict=True)):
-            ours = policies[LEARNED]["phases"][i]["overall"]["goodput_rps"]
-            ratio = ours / env["goodput_rps"] if env["goodput_rps"] else None
-            out["targets"].append(
-                {
-                    "target": f"phase {i + 1} ({name}): {LEARNED} within "
-                    f"{MAX_SHORTFALL_TO_ENVELOPE:.0%} of the envelope ({env['policy']})",
-                    "value": ratio,
-                    "met": ratio is not None and ratio >= 1 - MAX_SHORTFALL_TO_ENVELOPE,
-                }
-            )
-    return out
 
 
 def _goodput_table(results: dict[str, Any], comparison: dict[str, Any]) -> str:
@@ -207,69 +164,6 @@ def _lag(lag: dict[str, float]) -> str:
     return f"{lag['overrun']:+.1%} ({lag['late_share']:.0%})"
 
 
-def _plots(results: dict[str, Any], comparison: dict[str, Any], folder: Path) -> list[str]:
-    policies = results["policies"]
-    phases = [*results["plan"]["trace"].split(","), "whole"]
-    fig, axes = figure(size=(11, 4.5))
-    ax = axes[0][0]
-    width = 0.8 / max(len(policies), 1)
-    for k, (name, res) in enumerate(policies.items()):
-        values = [ph["overall"]["goodput_rps"] for ph in res["phases"]] + [
-            res["overall"]["overall"]["goodput_rps"]
-        ]
-        ax.bar([i + k * width for i in range(len(phases))], values, width, label=name)
-    env = [e["goodput_rps"] for e in comparison["envelope"]] + [comparison["envelope_overall_rps"]]
-    if comparison["envelope"]:
-        ax.scatter(
-            [i + 0.4 - width / 2 for i in range(len(phases))],
-            env,
-            marker="_",
-            s=400,
-            color="black",
-            label="best-static envelope",
-            zorder=3,
-        )
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(phases))], phases)
-    ax.set_ylabel(f"goodput, req/s ({results['plan']['slo_text']})")
-    ax.set_title("Goodput by policy and phase")
-    ax.legend(fontsize=8)
-    files = [save(fig, folder / "goodput_by_policy.png")]
-    for key, label, title, name in (
-        ("tpot_ms", "median TPOT, ms", "TPOT over time", "tpot_over_time.png"),
-        (
-            "spec_share",
-            "share of requests sent to speculative backends",
-            "Share routed to speculation over time",
-            "spec_share_over_time.png",
-        ),
-    ):
-        fig, axes = figure(size=(10, 4.5))
-        ax = axes[0][0]
-        for policy, res in policies.items():
-            tl = res["timeline"]
-            ax.plot(tl["t_s"], tl[key], label=policy, marker=".", linewidth=1)
-        edges = [
-            sum(ph["window_s"] for ph in next(iter(policies.values()))["phases"][:i])
-            for i in range(1, len(phases) - 1)
-        ]
-        for x in edges:
-            ax.axvline(x, color="grey", linewidth=0.5, linestyle=":")
-        if key == "tpot_ms":
-            ax.axhline(
-                results["plan"]["slo"]["tpot_ms"],
-                color="red",
-                linewidth=0.8,
-                linestyle="--",
-                label="TPOT SLO",
-            )
-        ax.set_xlabel("time, s (model time; phases: " + ", ".join(phases[:-1]) + ")")
-        ax.set_ylabel(label)
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-        files.append(save(fig, folder / name))
-    return files
-
-
 def render(results: dict[str, Any], folder: Path) -> str:
     """Markdown report; writes the PNG plots into ``folder``."""
     comparison = results["comparison"]
@@ -337,5 +231,5 @@ def render(results: dict[str, Any], folder: Path) -> str:
         _lag_table(results),
         "",
     ]
-    lines += [f"![{f}]({f})" for f in _plots(results, comparison, folder)]
+    lines += [f"![{f}]({f})" for f in plot_all(results, comparison, folder)]
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 import yaml
 
+from loadtests.endpoints import get_json
 from loadtests.processes import Service, free_port, spawn, start, wait_ready
 from proxy.sim.profile import default_profile_data
 
@@ -110,7 +111,7 @@ class SimFleet:
         """``GET /admin/engine`` of every simulator (step timing against the model)."""
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             states = await asyncio.gather(
-                *(_get_json(session, svc.url + "/admin/engine") for svc in self.services.values())
+                *(get_json(session, svc.url + "/admin/engine") for svc in self.services.values())
             )
         return dict(zip(self.services, states, strict=True))
 
@@ -120,13 +121,6 @@ class SimFleet:
             session.post(self.url(name) + "/admin/faults", json=faults) as resp,
         ):
             resp.raise_for_status()
-
-
-async def _get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-    async with session.get(url) as resp:
-        resp.raise_for_status()
-        data: dict[str, Any] = orjson.loads(await resp.read())
-        return data
 
 
 def step_lag(
@@ -178,13 +172,8 @@ async def gateway(
 async def _all_healthy(service: Service, count: int, timeout_s: float = 30.0) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         for _ in range(round(timeout_s / 0.1)):
-            fleet = await _get_json(session, service.url + "/admin/fleet")
+            fleet = await get_json(session, service.url + "/admin/fleet")
             if sum(1 for b in fleet["backends"] if b["healthy"]) >= count:
                 return
             await asyncio.sleep(0.1)
     raise RuntimeError(f"{service.name}: backends not healthy after {timeout_s:g}s")
-
-
-async def admin_json(base_url: str, path: str) -> dict[str, Any]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        return await _get_json(session, base_url + path)

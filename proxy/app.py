@@ -106,6 +106,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     shadow = ShadowVerifier(gateway.fleet, store, control, metrics)
     shadow.configure(initial.policy.shadow)
     gateway.hooks.append(shadow.hook)
+    gateway.capture = shadow.sample
     gateway.policy_listeners.append(lambda policy: shadow.configure(policy.shadow))
     metrics.add_collector(
         CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)

@@ -88,6 +88,8 @@ class Gateway:
         self.observer = Observer(store, self.acceptance, self.break_even, metrics)
         self.models = frozenset(policy.models())
         self.hooks: list[OutcomeHook] = []
+        # Whether to capture a request's output for verification (the shadow's sampler).
+        self.capture: Callable[[BackendState], bool] = lambda backend: False
         # Components outside the request path that follow policy changes (shadow, canary).
         self.policy_listeners: list[Callable[[Policy], None]] = []
 
@@ -234,8 +236,8 @@ class Gateway:
             started=time.monotonic(),
             attempts=attempt,
         )
-        if self.hooks and parsed.greedy and parsed.n == 1:
-            outcome.text = []  # capture the output only where a hook (shadow) may want it
+        if parsed.greedy and parsed.n == 1 and self.capture(backend):
+            outcome.text = []  # this output will be replayed and compared: capture it
         strip_usage = parsed.stream and not parsed.include_usage
         body = with_usage(parsed) if strip_usage else parsed.raw
         upstream: UpstreamResponse | None = None

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import orjson
 
-from proxy.fleet import Fleet
+from proxy.fleet import BackendState, Fleet
 from proxy.relay import Outcome
 from proxy.request import ParsedRequest
 from proxy.scheduler.scheduler import Decision
@@ -67,6 +67,7 @@ class ShadowVerifier:
         # listeners told of each verdict (the canary's drift evidence).
         self.rate_overrides: Callable[[], dict[str, float]] = dict
         self.listeners: list[Callable[[str, str], None]] = []
+        self._replaying: dict[str, int] = {}
 
     def configure(self, config: ShadowConfig) -> None:
         self.config = config
@@ -84,22 +85,25 @@ class ShadowVerifier:
         return max(1, min(self.config.max_concurrency, int(capacity * self.config.max_share)))
 
     # -- sampling (called by the gateway as each response ends; must not block) ----------
-    def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
+    def sample(self, backend: BackendState) -> bool:
+        """Draw, before the request is sent, whether its output is captured and replayed.
+
+        Deciding up front keeps the relay from parsing every event of every greedy stream
+        (capture costs a JSON parse per event) when the shadow rate is low or zero.
+        """
         cfg = self.config
-        if (
-            not outcome.ok
-            or not outcome.speculative
-            or outcome.text is None
-            or cfg.reference_pool is None
-        ):
+        if cfg.reference_pool is None or not backend.speculative:
+            return False
+        rate = self.rate_overrides().get(backend.name)
+        if rate is None:
+            rate = cfg.rate_for(backend.name, backend.pool, backend.spec.draft_version)
+        return rate > 0 and self._random.random() < rate
+
+    def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
+        if not outcome.ok or outcome.text is None or self.config.reference_pool is None:
             return
         backend = self.fleet.get(outcome.backend)
         draft_version = backend.spec.draft_version if backend else ""
-        rate = self.rate_overrides().get(outcome.backend)
-        if rate is None:
-            rate = cfg.rate_for(outcome.backend, outcome.pool, draft_version)
-        if rate <= 0 or self._random.random() >= rate:
-            return
         job = ShadowJob(
             parsed,
             "".join(outcome.text),
@@ -120,7 +124,7 @@ class ShadowVerifier:
         return self._queue.qsize()
 
     # -- replay -----------------------------------------------------------------------------
-    def _reference_url(self) -> str | None:
+    def _reference_name(self) -> str | None:
         candidates = [
             b
             for b in self.fleet.backends.values()
@@ -128,7 +132,9 @@ class ShadowVerifier:
         ]
         if not candidates:
             return None
-        return min(candidates, key=lambda b: b.inflight).spec.url
+        # Count replays under way too, or every replay lands on the same idle backend.
+        chosen = min(candidates, key=lambda b: b.inflight + self._replaying.get(b.name, 0))
+        return chosen.name
 
     def _replay_body(self, parsed: ParsedRequest) -> bytes:
         body = dict(parsed.body)
@@ -142,10 +148,13 @@ class ShadowVerifier:
         return orjson.dumps(body)
 
     async def verify(self, job: ShadowJob) -> Comparison:
-        url = self._reference_url()
-        if url is None:
+        name = self._reference_name()
+        reference = self.fleet.get(name) if name else None
+        if reference is None or name is None:
             return Comparison("error", primary_context="no healthy reference backend")
+        url = reference.spec.url
         path = "/v1/chat/completions" if job.parsed.kind == "chat" else "/v1/completions"
+        self._replaying[name] = self._replaying.get(name, 0) + 1
         try:
             resp = await self.client.post(
                 url + path,
@@ -155,6 +164,8 @@ class ShadowVerifier:
             )
         except httpx.HTTPError as exc:
             return Comparison("error", primary_context=f"reference unreachable: {exc}")
+        finally:
+            self._replaying[name] -= 1
         if resp.status_code != 200:
             return Comparison("error", primary_context=f"reference answered {resp.status_code}")
         choice = (orjson.loads(resp.content).get("choices") or [{}])[0]

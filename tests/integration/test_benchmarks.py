@@ -95,7 +95,7 @@ async def test_load_command_runs_open_and_closed_phases_against_a_backend(tmp_pa
 async def test_break_even_speculation_wins_alone_and_loses_at_256(tmp_path: Path) -> None:
     args = break_even.build_parser().parse_args(
         ["--sim", "--sim-method", "ngram", "--sim-k", "8", "--sim-acceptance", "0.4",
-         "--levels", "1", "256", "--settle", "1.5", "--measure", "1.0",
+         "--levels", "1", "256", "--settle", "1.5", "--measure", "0.8",
          "--output-scale", "0.3", "--time-scale", "2"]
     )  # fmt: skip
     results = await break_even.run(args)
@@ -103,14 +103,17 @@ async def test_break_even_speculation_wins_alone_and_loses_at_256(tmp_path: Path
     print(markdown)
     spec, plain = results["spec"], results["plain"]
     assert [p["concurrency"] for p in spec] == [p["concurrency"] for p in plain] == [1, 256]
-    assert all(p["ok"] > 0 and p["errors"] == 0 for p in (*spec, *plain))
-    assert spec[0]["tpot_ms"]["p50"] < plain[0]["tpot_ms"]["p50"]
-    assert spec[1]["tpot_ms"]["p50"] > plain[1]["tpot_ms"]["p50"]
+    for point in (*spec, *plain):
+        assert point["ok"] > 0 and point["errors"] == 0, point
+    assert spec[0]["tpot_ms"]["p50"] < plain[0]["tpot_ms"]["p50"], markdown
+    assert spec[1]["tpot_ms"]["p50"] > plain[1]["tpot_ms"]["p50"], markdown
     assert 1 <= results["crossover_tpot"] <= 256
     # Acceptance read back from the responses: chain drafting at per-token 0.4 with k=8
-    # keeps sum(0.4^j, j=1..8) = 0.666 of 8 drafts per step.
+    # keeps at most sum(0.4^j, j=1..8) = 0.67 of 8 drafts per step (fewer near the end of
+    # short requests), and it agrees with the counters on the simulator's /metrics.
     for point in spec:
-        assert point["acceptance"] == pytest.approx(0.666 / 8, abs=0.03)
+        assert 0.02 < point["acceptance"] < 0.666 / 8 + 0.03, point["acceptance"]
+    assert spec[1]["acceptance"] == pytest.approx(results["spec_metrics_acceptance"], abs=0.02)
     assert all(p["acceptance"] is None for p in plain)
     assert (tmp_path / "break_even.png").stat().st_size > 0
     assert "Crossover (TPOT)" in markdown
@@ -119,7 +122,7 @@ async def test_break_even_speculation_wins_alone_and_loses_at_256(tmp_path: Path
 
 async def test_routing_quality_compares_policies_on_one_trace(tmp_path: Path) -> None:
     plan = routing_quality.Plan(
-        trace=parse_trace("c4@1.2,c64@1.2"),
+        trace=parse_trace("c4@1,c64@1"),
         policies=("least-loaded", "specroute-learned"),
         time_scale=1.5,
         output_scale=0.4,
@@ -155,7 +158,7 @@ async def test_routing_quality_compares_policies_on_one_trace(tmp_path: Path) ->
 
 async def test_acceptance_collapse_moves_traffic_off_the_collapsed_head(tmp_path: Path) -> None:
     args = acceptance_collapse.parse_args(
-        ["--quick", "--trace", "c12@2.4", "--fault-at", "0.8", "--time-scale", "1.5"]
+        ["--quick", "--trace", "c12@2", "--fault-at", "0.7", "--time-scale", "1.5"]
     )
     results = await acceptance_collapse.run(args)
     print(acceptance_collapse.render(results, tmp_path))
@@ -176,7 +179,7 @@ async def test_acceptance_collapse_moves_traffic_off_the_collapsed_head(tmp_path
 
 async def test_shadow_overhead_keeps_the_queue_bounded_under_overload(tmp_path: Path) -> None:
     args = shadow_overhead.parse_args(
-        ["--quick", "--trace", "c12@1,c96@1.2", "--time-scale", "1.5", "--queue-size", "8"]
+        ["--quick", "--trace", "c12@0.8,c96@1", "--time-scale", "1.5", "--queue-size", "8"]
     )
     results = await shadow_overhead.run(args)
     markdown = shadow_overhead.render(results)
