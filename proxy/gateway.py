@@ -324,6 +324,9 @@ class Gateway:
                 )
                 outcome.extra["usage_forwarded"] = not strip_usage
                 await relay.run(first)
+            # The response is complete: from here on the server reports the connection as
+            # "disconnected", which must not cancel the bookkeeping below.
+            watch.close()
             return None
         finally:
             backend.local_inflight -= 1
