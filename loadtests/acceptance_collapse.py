@@ -33,7 +33,7 @@ from typing import Any
 from loadtests.acceptance_collapse_report import COLLAPSED, render
 from loadtests.loadgen import LoadGenerator, RunResult, run_async
 from loadtests.prompts import PromptFactory
-from loadtests.report import machine, report_dir, write_outputs
+from loadtests.report import machine, publish
 from loadtests.routing_policies import FLEET, build_policy
 from loadtests.simfleet import MODEL, SimFleet, gateway, step_lag
 from loadtests.streams import RequestRecord
@@ -187,12 +187,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     results = run_async(run(args))
-    folder = report_dir("acceptance-collapse", args.out)
-    markdown = render(results, folder)
-    write_outputs(folder, markdown, results)
-    print(markdown)
-    print(f"report: {folder}", file=sys.stderr)
-    return 0
+    return publish("acceptance-collapse", args.out, results, lambda folder: render(results, folder))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ interpolation between levels); the throughput crossover likewise for tokens/s.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from loadtests.endpoints import fetch_metrics
 from loadtests.loadgen import LoadGenerator, run_async
 from loadtests.prices import resolve_price
 from loadtests.prompts import PromptFactory, parse_mix
-from loadtests.report import machine, report_dir, write_outputs
+from loadtests.report import machine, publish
 from loadtests.simfleet import MODEL, SimFleet, SimSpec, step_lag
 from loadtests.summary import Slo, metrics_acceptance, summarize
 from loadtests.traces import Phase, closed
@@ -181,12 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.time_scale is None:
         args.time_scale = 3.0 if args.sim else 1.0
     results = run_async(run(args))
-    folder = report_dir("break-even", args.out)
-    markdown = render(results, folder)
-    write_outputs(folder, markdown, results)
-    print(markdown)
-    print(f"\nreport: {folder}", file=sys.stderr)
-    return 0
+    return publish("break-even", args.out, results, lambda folder: render(results, folder))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ them) and dollars per million output tokens for ``--gpus`` GPUs at the chosen pr
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from loadtests.endpoints import fetch_metrics
 from loadtests.loadgen import LoadGenerator, run_async
 from loadtests.prices import price_notes, resolve_price
 from loadtests.prompts import PromptFactory, parse_mix
-from loadtests.report import machine, report_dir, table, write_outputs
+from loadtests.report import machine, publish, table
 from loadtests.summary import Slo, fmt, metrics_acceptance, summarize
 from loadtests.traces import format_trace, parse_trace
 
@@ -149,12 +148,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     results = run_async(run(args))
-    folder = report_dir("load", args.out)
-    markdown = render(results)
-    write_outputs(folder, markdown, results)
-    print(markdown)
-    print(f"report: {folder}", file=sys.stderr)
-    return 0
+    return publish("load", args.out, results, lambda _folder: render(results))
 
 
 if __name__ == "__main__":

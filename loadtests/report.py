@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,18 @@ def write_json(folder: Path, results: dict[str, Any]) -> None:
 def write_outputs(folder: Path, markdown: str, results: dict[str, Any]) -> None:
     (folder / "report.md").write_text(markdown)
     write_json(folder, results)
+
+
+def publish(
+    benchmark: str, out: Path | None, results: dict[str, Any], render: Callable[[Path], str]
+) -> int:
+    """Write a benchmark's markdown and JSON report, print the markdown; the exit status."""
+    folder = report_dir(benchmark, out)
+    markdown = render(folder)
+    write_outputs(folder, markdown, results)
+    print(markdown)
+    print(f"report: {folder}", file=sys.stderr)
+    return 0
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -32,7 +32,7 @@ from loadtests.endpoints import admin_json, fetch_metrics
 from loadtests.loadgen import LoadGenerator, run_async
 from loadtests.loadgen_sse import cpu_seconds
 from loadtests.prompts import PromptFactory
-from loadtests.report import machine, report_dir, write_outputs
+from loadtests.report import machine, publish
 from loadtests.routing_policies import FLEET, build_policy
 from loadtests.shadow_overhead_report import render
 from loadtests.simfleet import MODEL, SimFleet, gateway, step_lag
@@ -153,12 +153,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     results = run_async(run(args))
-    folder = report_dir("shadow-overhead", args.out)
-    markdown = render(results)
-    write_outputs(folder, markdown, results)
-    print(markdown)
-    print(f"report: {folder}", file=sys.stderr)
-    return 0
+    return publish("shadow-overhead", args.out, results, lambda _folder: render(results))
 
 
 if __name__ == "__main__":
