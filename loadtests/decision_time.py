@@ -10,6 +10,7 @@ classifier on the parsed body, then the scheduler's filters, scorers and picker.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import time
@@ -82,52 +83,85 @@ def fleet_policy(n: int) -> Policy:
     )
 
 
-def measure(backends: int, requests: int, seed: int = 1) -> dict[str, Any]:
+def _scheduler(policy: Policy, seed: int, fused: bool) -> Scheduler:
     rng = random.Random(seed)
-    policy = fleet_policy(backends)
     fleet = Fleet(policy)
     acceptance = AcceptanceTracker(policy.acceptance)
     scheduler = Scheduler(policy, fleet, acceptance, BreakEvenModel(policy))
-    classifier = Classifier(policy.classifier)
+    if not fused:
+        scheduler._profile.fused = None  # the plugin pipeline, for comparison
     for b in fleet.backends.values():
         b.healthy = True
         if b.speculative:
             for label in ("chat", "code", "rag"):
                 for _ in range(10):
                     acceptance.observe(b.name, label, rng.uniform(0, 3), 3)
+    return scheduler
+
+
+def _pct(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)] / 1000
+
+
+def _row(values: list[int]) -> dict[str, float]:
+    return {
+        "p50": _pct(values, 0.5),
+        "p99": _pct(values, 0.99),
+        "mean": statistics.fmean(values) / 1000,
+    }
+
+
+def measure(backends: int, requests: int, seed: int = 1) -> dict[str, Any]:
+    """Classify each request, then decide it twice, side by side: with the fused passes
+    the request path uses (``decision``) and with the plain plugin pipeline they replace
+    (``pipeline``), in alternating order so neither gets the warmer caches."""
+    rng = random.Random(seed)
+    policy = fleet_policy(backends)
+    fused = _scheduler(policy, seed, fused=True)
+    pipeline = _scheduler(policy, seed, fused=False)
+    classifier = Classifier(policy.classifier)
     raws = [orjson.dumps(b) for b in BODIES]
     classify_ns: list[int] = []
-    schedule_ns: list[int] = []
-    for i in range(requests):
-        if i % 50 == 0:  # the load moves under the scheduler, as in production
-            for b in fleet.backends.values():
-                b.others_inflight = rng.randint(0, 120)
-        body = orjson.loads(raws[i % len(raws)])
-        t0 = time.perf_counter_ns()
-        label = classifier.classify(body).label
-        t1 = time.perf_counter_ns()
+    timings: dict[str, list[int]] = {"decision": [], "decision_cpu": [], "pipeline": []}
+    # As the gateway does at start-up: long-lived objects out of the collector's way.
+    gc.collect()
+    gc.freeze()
+    wall = time.perf_counter_ns
+    cpu = time.thread_time_ns
+
+    def decide(scheduler: Scheduler, label: str, i: int) -> tuple[int, int]:
+        t0, c0 = wall(), cpu()
         decision = scheduler.schedule(RequestInfo("m", label, request_id=str(i)))
         scheduler.reason(decision)  # the route header is part of the decision's cost
-        t2 = time.perf_counter_ns()
-        classify_ns.append(t1 - t0)
-        schedule_ns.append(t2 - t1)
-    total = [a + b for a, b in zip(classify_ns, schedule_ns, strict=True)]
+        return wall() - t0, cpu() - c0
 
-    def pct(values: list[int], q: float) -> float:
-        ordered = sorted(values)
-        return ordered[min(int(q * len(ordered)), len(ordered) - 1)] / 1000
-
-    return {
-        "backends": backends,
-        "requests": requests,
-        "classify_us": {"p50": pct(classify_ns, 0.5), "p99": pct(classify_ns, 0.99)},
-        "schedule_us": {"p50": pct(schedule_ns, 0.5), "p99": pct(schedule_ns, 0.99)},
-        "total_us": {
-            "p50": pct(total, 0.5),
-            "p99": pct(total, 0.99),
-            "mean": statistics.fmean(total) / 1000,
-        },
-    }
+    for i in range(requests):
+        if i % 50 == 0:  # the load moves under the scheduler, as in production
+            for name, b in fused.fleet.backends.items():
+                b.others_inflight = pipeline.fleet.backends[name].others_inflight = rng.randint(
+                    0, 120
+                )
+        body = orjson.loads(raws[i % len(raws)])
+        t0 = wall()
+        label = classifier.classify(body).label
+        classify_ns.append(wall() - t0)
+        if i % 2:
+            fused_wall, fused_cpu = decide(fused, label, i)
+            pipeline_wall, _ = decide(pipeline, label, i)
+        else:
+            pipeline_wall, _ = decide(pipeline, label, i)
+            fused_wall, fused_cpu = decide(fused, label, i)
+        timings["decision"].append(fused_wall)
+        timings["decision_cpu"].append(fused_cpu)
+        timings["pipeline"].append(pipeline_wall)
+    gc.unfreeze()
+    total = [a + b for a, b in zip(classify_ns, timings["decision"], strict=True)]
+    result: dict[str, Any] = {"backends": backends, "requests": requests}
+    result["classify_us"] = _row(classify_ns)
+    result |= {f"{name}_us": _row(values) for name, values in timings.items()}
+    result["total_us"] = _row(total)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,15 +176,33 @@ def main(argv: list[str] | None = None) -> int:
     requests = 2_000 if args.quick else args.requests
     result = measure(args.backends, requests)
     print(f"decision time, {result['backends']} backends, {requests} requests")
-    for part in ("classify_us", "schedule_us", "total_us"):
+    names = {
+        "classify_us": "classify",
+        "decision_us": "decision",
+        "decision_cpu_us": "  its CPU",
+        "pipeline_us": "pipeline",
+        "total_us": "total",
+    }
+    for part, name in names.items():
         row = result[part]
-        print(f"  {part[:-3]:<9} p50 {row['p50']:8.1f} us   p99 {row['p99']:8.1f} us")
+        print(f"  {name:<9} p50 {row['p50']:8.1f} us   p99 {row['p99']:8.1f} us")
+    print(
+        "  decision = the request path (fused passes); pipeline = the same plugins one by "
+        "one: p50 {:.2f}x, p99 {:.2f}x of the pipeline's".format(
+            result["decision_us"]["p50"] / result["pipeline_us"]["p50"],
+            result["decision_us"]["p99"] / result["pipeline_us"]["p99"],
+        )
+    )
     target = 100.0
     # The target is the routing decision (filters, scorers, picker, route header); the
-    # classifier runs before it and is shown apart (and in the total).
-    verdict = "met" if result["schedule_us"]["p99"] < target else "NOT met"
-    print(f"  target: decision p99 < {target:.0f} us per request: {verdict}")
+    # classifier runs before it and is shown apart (and in the total). Wall time includes
+    # being preempted by other processes on a shared machine; the thread's CPU time shows
+    # what the decision itself costs.
+    verdict = "met" if result["decision_us"]["p99"] < target else "NOT met"
+    cpu_verdict = "met" if result["decision_cpu_us"]["p99"] < target else "NOT met"
+    print(f"  target: decision p99 < {target:.0f} us: wall {verdict}, CPU {cpu_verdict}")
     result["target_met"] = verdict == "met"
+    result["target_met_cpu"] = cpu_verdict == "met"
     if args.json:
         args.json.write_text(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     return 0

@@ -47,12 +47,19 @@ class _Window:
 
 
 class AcceptanceTracker:
-    """Sliding windows of per-request acceptance, keyed by (backend, class)."""
+    """Sliding windows of per-request acceptance, keyed by (backend, class).
+
+    The request path asks about every speculative backend on every request, so two
+    per-class indexes are kept current on each change instead of being derived per request:
+    ``usable[label][backend]`` (the windowed rate, once it rests on ``min_samples``) and
+    ``below[label]`` (backends whose recent acceptance is under the floor).
+    """
 
     def __init__(self, settings: AcceptanceSettings) -> None:
         self.settings = settings
-        # (backend, class) -> window; read directly by the acceptance scorer's hot path.
         self.windows: dict[tuple[str, str], _Window] = {}
+        self.usable: dict[str, dict[str, float]] = {}
+        self.below: dict[str, set[str]] = {}
 
     def configure(self, settings: AcceptanceSettings) -> None:
         if settings.window != self.settings.window:
@@ -62,16 +69,27 @@ class AcceptanceTracker:
                     resized.add(acc, drafted)
                 self.windows[key] = resized
         self.settings = settings
-        for window in self.windows.values():
-            self._judge(window)
+        for (backend, label), window in self.windows.items():
+            self._judge(backend, label, window)
 
-    def _judge(self, window: _Window) -> None:
+    def _judge(self, backend: str, label: str, window: _Window) -> None:
         settings = self.settings
-        if len(window.samples) < settings.min_samples:
+        usable = self.usable.setdefault(label, {})
+        below = self.below.setdefault(label, set())
+        enough = len(window.samples) >= settings.min_samples
+        if enough and window.drafted > 0:
+            usable[backend] = window.accepted / window.drafted
+        else:
+            usable.pop(backend, None)
+        if enough:
+            rate = window.recent_rate(settings.recent)
+            window.below = rate is not None and rate < settings.floor
+        else:
             window.below = False
-            return
-        rate = window.recent_rate(settings.recent)
-        window.below = rate is not None and rate < settings.floor
+        if window.below:
+            below.add(backend)
+        else:
+            below.discard(backend)
 
     def _window(self, backend: str, label: str) -> _Window:
         key = (backend, label)
@@ -90,7 +108,7 @@ class AcceptanceTracker:
             window.samples.clear()
             window.accepted = window.drafted = 0.0
         window.add(max(accepted, 0.0), drafted)
-        self._judge(window)
+        self._judge(backend, label, window)
 
     def rate(self, backend: str, label: str) -> tuple[float | None, int]:
         """Windowed acceptance rate and how many requests it rests on."""

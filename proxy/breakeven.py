@@ -79,7 +79,6 @@ class BreakEvenModel:
     def __init__(self, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._fits: dict[str, _DecayedFit] = {}
-        self._speculating: dict[str, bool] = {}
         self._learned: dict[str, float] = {}
         self._configs: dict[str, BreakEven] = {}
         self.apply_policy(policy)
@@ -87,7 +86,8 @@ class BreakEvenModel:
     def apply_policy(self, policy: Policy) -> None:
         self._configs = {pool: policy.pool_spec(pool).break_even for pool in policy.pool_names()}
         self._default = BreakEven()
-        self._bands: dict[str, tuple[float, float]] = {}
+        # Read directly by the scheduler's fused pass (scheduler/fastpath.py).
+        self.bands: dict[str, tuple[float, float]] = {}
         self._spec_pools = {b.pool for b in policy.backends if b.speculation.enabled}
         half_lives = [c.half_life_s for c in self._configs.values()] or [120.0]
         for name in [*self._spec_pools, PLAIN_CURVE]:
@@ -103,14 +103,14 @@ class BreakEvenModel:
     def config(self, pool: str) -> BreakEven:
         return self._configs.get(pool, self._default)
 
-    def _band(self, pool: str) -> tuple[float, float]:
+    def band(self, pool: str) -> tuple[float, float]:
         """(switch off at or above, switch on at or below), cached until the threshold moves."""
-        band = self._bands.get(pool)
+        band = self.bands.get(pool)
         if band is None:
             config = self.config(pool)
             threshold = self.threshold(pool)
             band = (threshold * (1 + config.hysteresis), threshold * (1 - config.hysteresis))
-            self._bands[pool] = band
+            self.bands[pool] = band
         return band
 
     def threshold(self, pool: str) -> float:
@@ -125,16 +125,29 @@ class BreakEvenModel:
         The state flips off only above threshold*(1+h) and on only below threshold*(1-h),
         so load hovering at the threshold does not flap.
         """
-        off_at, on_at = self._band(backend.pool)
-        load = backend.local_inflight + backend.others_inflight
-        name = backend.name
-        state = self._speculating.get(name, True)
-        if state:
-            if load >= off_at:
-                state = self._speculating[name] = False
-        elif load <= on_at:
-            state = self._speculating[name] = True
-        return state
+        return self.levels([backend])[0] == 1.0
+
+    def levels(self, backends: list[BackendState], plain: float = 0.0) -> list[float]:
+        """Per backend, in one pass (the request path asks for the whole fleet): 1.0 for a
+        speculative backend below break-even, 0.0 above it, ``plain`` for a plain one."""
+        bands = self.bands
+        out: list[float] = []
+        append = out.append
+        for backend in backends:
+            if not backend.speculative:
+                append(plain)
+                continue
+            pool = backend.pool
+            band = bands.get(pool)
+            off_at, on_at = band if band is not None else self.band(pool)
+            load = backend.local_inflight + backend.others_inflight
+            if backend.spec_on:
+                if load >= off_at:
+                    backend.spec_on = False
+            elif load <= on_at:
+                backend.spec_on = True
+            append(1.0 if backend.spec_on else 0.0)
+        return out
 
     def observe(self, pool: str, speculative: bool, load: float, tpot_s: float) -> None:
         """One finished request's TPOT at the per-backend load it was dispatched into."""
@@ -156,7 +169,7 @@ class BreakEvenModel:
         estimate = self.estimate(pool)
         if estimate.value is not None and estimate.value != self._learned.get(pool):
             self._learned[pool] = estimate.value
-            self._bands.pop(pool, None)
+            self.bands.pop(pool, None)
 
     def estimate(self, pool: str) -> LearnedBreakEven:
         config = self.config(pool)

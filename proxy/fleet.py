@@ -44,12 +44,19 @@ class BackendState:
     # Acceptance over the last scrape interval(s) from the counters (None: no drafts yet).
     window_acceptance: float | None = None
     quarantined: str | None = None
+    # Break-even hysteresis state of a speculative backend (True: below its pool's
+    # break-even, speculation pays). Kept here, not in a dict of the model, because it is
+    # read and updated for every backend on every request; BreakEvenModel owns it.
+    spec_on: bool = True
     # Copied out of ``spec`` (see set_spec): read for every backend on every request, where
     # a chain of pydantic attribute lookups is measurable.
     name: str = ""
     pool: str = ""
     speculative: bool = False
     max_concurrency: int = 1
+    weight: float = 1.0
+    method: str = "none"
+    k: int = 0
 
     def __post_init__(self) -> None:
         self.set_spec(self.spec)
@@ -60,6 +67,9 @@ class BackendState:
         self.pool = spec.pool
         self.speculative = spec.speculation.enabled
         self.max_concurrency = spec.max_concurrency
+        self.weight = spec.weight
+        self.method = spec.speculation.method
+        self.k = spec.speculation.k
 
     @property
     def inflight(self) -> int:
@@ -97,6 +107,9 @@ class Fleet:
             else:
                 fresh[spec.name] = BackendState(spec=spec)
         self.backends = fresh
+        # Whether any backend's policy weight differs from 1 (else the scheduler skips
+        # multiplying by it).
+        self.weighted = any(b.weight != 1.0 for b in fresh.values())
         self.by_model: dict[str, list[BackendState]] = {}
         for backend in fresh.values():
             self.by_model.setdefault(backend.spec.model, []).append(backend)

@@ -63,23 +63,21 @@ class AcceptanceFloorFilter:
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
         label = ctx.request.label
         tracker = ctx.acceptance
-        windows = tracker.windows
+        below = tracker.below.get(label)
+        if not below:
+            return backends  # the common case: nothing to avoid for this class
         kept: list[BackendState] = []
         for backend in backends:
-            if not backend.speculative:
+            name = backend.name
+            if name not in below:
                 kept.append(backend)
-                continue
-            window = windows.get((backend.name, label))
-            if window is not None and window.below:
-                if ctx.forced is None and tracker.take_probe(backend.name, label):
-                    # A probe must really reach the backend, whatever the scorers think.
-                    ctx.notes[backend.name] = "acceptance probe"
-                    ctx.forced = backend.name
-                    kept.append(backend)
-                else:
-                    ctx.notes[backend.name] = "acceptance below floor"
-                continue
-            kept.append(backend)
+            elif ctx.forced is None and tracker.take_probe(name, label):
+                # A probe must really reach the backend, whatever the scorers think.
+                ctx.notes[name] = "acceptance probe"
+                ctx.forced = name
+                kept.append(backend)
+            else:
+                ctx.notes[name] = "acceptance below floor"
         return kept
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
+from proxy.fleet import BackendState
 from proxy.scheduler.base import Candidate, SchedulingContext
 
 
@@ -35,6 +37,27 @@ class MaxScorePicker:
         if ctx.forced is not None:
             ordered.sort(key=lambda c: c.backend.name != ctx.forced)
         return ordered
+
+    def pick_first(
+        self, ctx: SchedulingContext, backends: list[BackendState], totals: list[float]
+    ) -> int:
+        """The request path's fast form of ``pick``: the index of the first choice only."""
+        forced = ctx.forced
+        if forced is not None:
+            for i, backend in enumerate(backends):
+                if backend.name == forced:
+                    return i
+        best = max(totals)
+        first = totals.index(best)
+        floor = best - self.tie_epsilon
+        # Usually one backend is ahead: check the runner-up with C-level passes before
+        # collecting the near-ties in Python.
+        totals[first] = -math.inf
+        runner_up = max(totals) if len(totals) > 1 else -math.inf
+        totals[first] = best
+        if runner_up < floor:
+            return first
+        return self._random.choice([i for i, t in enumerate(totals) if t >= floor])
 
 
 class RandomPicker:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,21 +12,42 @@ from proxy.fleet import BackendState, Fleet
 from proxy.policy import Policy
 from proxy.scheduler import registry
 from proxy.scheduler.base import Candidate, Filter, Picker, RequestInfo, SchedulingContext, Scorer
+from proxy.scheduler.fastpath import FusedProfile
 
 
 @dataclass(slots=True)
 class Decision:
-    """The outcome of scheduling one request: ordered candidates and why."""
+    """The outcome of scheduling one request: the first choice, the others, and why.
+
+    The request path needs only the first choice (a retry schedules again, without the
+    backends already tried), so the full order is built only when someone asks for it.
+    """
 
     request: RequestInfo
-    ordered: list[Candidate]
+    chosen: Candidate | None
     dropped: dict[str, str] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     context: SchedulingContext | None = None
+    # Either the full order (explaining, or a picker without a fast path), or what it is
+    # built from on demand: the scored backends and their totals.
+    full_order: list[Candidate] | None = None
+    backends: list[BackendState] = field(default_factory=list)
+    totals: list[float] = field(default_factory=list)
 
     @property
-    def chosen(self) -> Candidate | None:
-        return self.ordered[0] if self.ordered else None
+    def ordered(self) -> list[Candidate]:
+        if self.full_order is None:
+            chosen = self.chosen
+            rest = [
+                Candidate(b, t)
+                for b, t in zip(self.backends, self.totals, strict=True)
+                if chosen is None or b is not chosen.backend
+            ]
+            self.full_order = [chosen, *rest] if chosen is not None else rest
+        return self.full_order
+
+
+PickFirst = Callable[[SchedulingContext, list[BackendState], list[float]], int]
 
 
 @dataclass(slots=True)
@@ -33,6 +55,10 @@ class _Profile:
     filters: list[Filter]
     scorers: list[tuple[Scorer, float]]
     picker: Picker
+    # The picker's fast form, when it has one: the first choice's index only.
+    pick_first: PickFirst | None = None
+    # The same plugins in fused passes, when they are all built-in (fastpath.py).
+    fused: FusedProfile | None = None
 
 
 class Scheduler:
@@ -57,11 +83,15 @@ class Scheduler:
     def build_profile(policy: Policy) -> _Profile:
         """Build (and so validate) every plugin of a policy; raises PluginError."""
         routing = policy.routing
-        return _Profile(
+        profile = _Profile(
             filters=[registry.build("filter", spec) for spec in routing.filters],
             scorers=[(registry.build("scorer", spec), spec.weight) for spec in routing.scorers],
             picker=registry.build("picker", routing.picker),
         )
+        profile.pick_first = getattr(profile.picker, "pick_first", None)
+        if profile.pick_first is not None:
+            profile.fused = FusedProfile.compile(profile.filters, profile.scorers)
+        return profile
 
     def apply_policy(self, policy: Policy) -> None:
         profile = self.build_profile(policy)
@@ -72,6 +102,10 @@ class Scheduler:
         ctx = self._context(request)
         ctx.explain = explain
         profile = self._profile
+        if profile.fused is not None and profile.pick_first is not None and not explain:
+            fused = profile.fused.run(ctx)
+            if fused is not None:
+                return self._decide(ctx, profile.pick_first, *fused)
         backends: list[BackendState] = list(self.fleet.backends.values())
         dropped: dict[str, str] = {}
         for flt in profile.filters:
@@ -88,13 +122,11 @@ class Scheduler:
                 break
         if ctx.forced is not None and all(b.name != ctx.forced for b in backends):
             ctx.forced = None
-        candidates: list[Candidate] = []
-        scorers = profile.scorers
         # Scorer by scorer over all backends (fewer Python-level lookups than backend by
         # backend); per-plugin scores are kept only when explaining.
-        totals = [0.0] * len(backends)
+        totals: list[float] | None = None
         per_plugin: dict[str, list[float]] = {}
-        for scorer, weight in scorers:
+        for scorer, weight in profile.scorers:
             score_all = getattr(scorer, "score_all", None)
             if score_all is not None:
                 values: list[float] = score_all(ctx, backends)
@@ -103,13 +135,50 @@ class Scheduler:
                 values = [score(ctx, b) for b in backends]
             if explain:
                 per_plugin[scorer.name] = values
-            if weight:
+            if not weight:
+                continue
+            if totals is None:
+                totals = values if weight == 1.0 else [weight * v for v in values]
+            else:
                 totals = [t + weight * v for t, v in zip(totals, values, strict=True)]
-        for i, backend in enumerate(backends):
-            scores = {name: values[i] for name, values in per_plugin.items()} if explain else {}
-            candidates.append(Candidate(backend, totals[i] * backend.spec.weight, scores))
-        ordered = profile.picker.pick(ctx, candidates)
-        return Decision(request, ordered, dropped, ctx.notes, ctx if explain else None)
+        if totals is None:
+            totals = [0.0] * len(backends)
+        if self.fleet.weighted:
+            totals = [t * b.weight for t, b in zip(totals, backends, strict=True)]
+        picker = profile.picker
+        if not explain and profile.pick_first is not None:
+            return self._decide(ctx, profile.pick_first, backends, totals)
+        candidates = [
+            Candidate(
+                b,
+                totals[i],
+                {name: values[i] for name, values in per_plugin.items()} if explain else {},
+            )
+            for i, b in enumerate(backends)
+        ]
+        ordered = picker.pick(ctx, candidates)
+        return Decision(
+            request,
+            ordered[0] if ordered else None,
+            dropped,
+            ctx.notes,
+            ctx if explain else None,
+            ordered,
+        )
+
+    @staticmethod
+    def _decide(
+        ctx: SchedulingContext,
+        pick_first: PickFirst,
+        backends: list[BackendState],
+        totals: list[float],
+    ) -> Decision:
+        """The request path's decision: the picker's first choice only."""
+        chosen = None
+        if backends:
+            first = pick_first(ctx, backends, totals)
+            chosen = Candidate(backends[first], totals[first])
+        return Decision(ctx.request, chosen, {}, ctx.notes, None, None, backends, totals)
 
     def _context(self, request: RequestInfo) -> SchedulingContext:
         return SchedulingContext(

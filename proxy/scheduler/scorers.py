@@ -39,15 +39,14 @@ class BreakEvenScorer:
         return 1.0 if ctx.break_even.speculating(backend) else 0.0
 
     def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
-        speculating = ctx.break_even.speculating
-        plain = self.plain_score
-        return [(1.0 if speculating(b) else 0.0) if b.speculative else plain for b in backends]
+        return ctx.break_even.levels(backends, self.plain_score)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
             return "plain"
         threshold = ctx.break_even.threshold(backend.pool)
-        relation = "<" if ctx.break_even.speculating(backend) else ">="
+        # The state the last scoring pass left (explaining must not move the hysteresis).
+        relation = "<" if backend.spec_on else ">="
         return f"load {backend.inflight} {relation} break-even {threshold:.0f}"
 
 
@@ -66,75 +65,74 @@ class AcceptanceScorer:
     def __init__(self, max_speedup: float = 4.0, verify_cost: float = 0.02) -> None:
         self.max_speedup = max_speedup
         self.verify_cost = verify_cost
-        # Per backend: (its spec object, k, step cost, method), recomputed when the spec
-        # changes.
-        self._shapes: dict[str, tuple[object, int, float, str]] = {}
+        # Per backend: (the spec it was computed from, slope, intercept) of the score as a
+        # line in the acceptance rate (see ``line``); recomputed when the spec changes.
+        self.shapes: dict[str, tuple[object, float, float]] = {}
 
-    def _shape(self, backend: BackendState) -> tuple[object, int, float, str]:
-        cached = self._shapes.get(backend.name)
-        if cached is None or cached[0] is not backend.spec:
-            spec = backend.spec.speculation
-            k = max(spec.k, 1)
-            cost = 1.0 + k * (self.verify_cost + DRAFT_COST.get(spec.method, 0.1))
-            cached = self._shapes[backend.name] = (backend.spec, k, cost, spec.method)
-        return cached
+    def cost(self, backend: BackendState) -> tuple[int, float]:
+        """(k, relative cost of one speculative step) for a backend."""
+        k = max(backend.k, 1)
+        return k, 1.0 + k * (self.verify_cost + DRAFT_COST.get(backend.method, 0.1))
+
+    def line(self, backend: BackendState) -> tuple[object, float, float]:
+        """The unclamped score as ``slope * a + intercept`` in the acceptance rate a:
+        ((1 + a k) / cost - 1) / (max_speedup - 1), with the constants folded per backend
+        because the request path evaluates it for every speculative backend."""
+        k, cost = self.cost(backend)
+        inv_span = 1.0 / (self.max_speedup - 1.0)
+        shape = (backend.spec, k / cost * inv_span, (1.0 / cost - 1.0) * inv_span)
+        self.shapes[backend.name] = shape
+        return shape
 
     def acceptance(self, ctx: SchedulingContext, backend: BackendState) -> tuple[float, str]:
         label = ctx.request.label
         measured = ctx.acceptance.measured(backend.name, label)
         if measured is not None:
             return measured, "measured"
-        method = backend.spec.speculation.method
-        prior = ctx.policy.acceptance.priors.get(method, {}).get(label)
+        prior = ctx.policy.acceptance.priors.get(backend.method, {}).get(label)
         if prior is None and backend.window_acceptance is not None:
             return backend.window_acceptance, "backend"
         return (prior if prior is not None else 0.5), "prior"
 
     def speedup(self, ctx: SchedulingContext, backend: BackendState) -> float:
         a, _ = self.acceptance(ctx, backend)
-        _, k, cost, _ = self._shape(backend)
+        k, cost = self.cost(backend)
         return (1.0 + a * k) / cost
 
     def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        if not backend.speculative:
-            return 0.0
-        gain = (self.speedup(ctx, backend) - 1.0) / (self.max_speedup - 1.0)
-        return min(max(gain, 0.0), 1.0)
+        return self.score_all(ctx, [backend])[0]
 
     def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
-        """``score`` for every backend, with the measured-window path inlined (hot path)."""
+        """``score`` for every backend, with the lookups hoisted out of the loop (hot path)."""
         label = ctx.request.label
-        windows = ctx.acceptance.windows
-        min_samples = ctx.acceptance.settings.min_samples
+        measured = ctx.acceptance.usable.get(label) or {}
         priors = ctx.policy.acceptance.priors
-        span = self.max_speedup - 1.0
+        shapes = self.shapes
         out: list[float] = []
+        append = out.append
         for b in backends:
             if not b.speculative:
-                out.append(0.0)
+                append(0.0)
                 continue
-            _, k, cost, method = self._shape(b)
-            window = windows.get((b.name, label))
-            if window is not None and len(window.samples) >= min_samples and window.drafted > 0:
-                a = window.accepted / window.drafted
-            else:
-                by_class = priors.get(method)
-                prior = by_class.get(label) if by_class is not None else None
-                if prior is not None:
-                    a = prior
-                elif b.window_acceptance is not None:
-                    a = b.window_acceptance
-                else:
-                    a = 0.5
-            gain = ((1.0 + a * k) / cost - 1.0) / span
-            out.append(0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain)
+            shape = shapes.get(b.name)
+            if shape is None or shape[0] is not b.spec:
+                shape = self.line(b)
+            a = measured.get(b.name)
+            if a is None:
+                by_class = priors.get(b.method)
+                a = by_class.get(label) if by_class is not None else None
+                if a is None:
+                    a = b.window_acceptance if b.window_acceptance is not None else 0.5
+            gain = shape[1] * a + shape[2]
+            append(0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain)
         return out
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
             return "no speculation"
         a, source = self.acceptance(ctx, backend)
-        return f"acceptance {a:.2f} ({source}), speed-up {self.speedup(ctx, backend):.2f}x"
+        k, cost = self.cost(backend)
+        return f"acceptance {a:.2f} ({source}), speed-up {(1.0 + a * k) / cost:.2f}x"
 
 
 class LoadScorer:
@@ -154,12 +152,14 @@ class LoadScorer:
     def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
         penalty = self.waiting_penalty
         out: list[float] = []
+        append = out.append
         for b in backends:
             util = (b.local_inflight + b.others_inflight) / b.max_concurrency
             if b.kv_usage > util:
                 util = b.kv_usage
-            util += penalty * b.waiting
-            out.append(0.0 if util >= 1.0 else 1.0 - util)
+            if b.waiting:
+                util += penalty * b.waiting
+            append(0.0 if util >= 1.0 else 1.0 - util)
         return out
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
