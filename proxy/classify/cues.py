@@ -12,9 +12,22 @@ from types import MappingProxyType
 from proxy.classify import patterns as p
 from proxy.classify.patterns import vocabulary
 
+
+def _ascii_table(replace: str, by: str) -> MappingProxyType[int, int | str]:
+    """A str.translate table replacing the characters of ``replace`` by ``by``.
+
+    Every ASCII character has an entry (itself when kept): str.translate raises and clears a
+    LookupError for each distinct character missing from its table, which cost more than the
+    translation itself on short texts.
+    """
+    table: dict[int, int | str] = {code: code for code in range(128)}
+    table.update(dict.fromkeys(map(ord, replace), by))
+    return MappingProxyType(table)
+
+
 # Punctuation becomes a space; characters that belong to names ("c++", "c#", "i'm",
 # "snake_case") are kept.
-_SPLIT = MappingProxyType(str.maketrans(dict.fromkeys("()[]{}<>,.:;\"=/\\|`*~^%$@&?!-", " ")))
+_SPLIT = _ascii_table('()[]{}<>,.:;"=/\\|`*~^%$@&?!-', " ")
 
 _VERBS = vocabulary(
     "write implement create generate build code make refactor rewrite optimize optimise debug"
@@ -28,9 +41,17 @@ _STRONG = vocabulary(
 )
 _STRONG_PAIRS = frozenset(
     {
-        ("unit", "test"), ("unit", "tests"), ("test", "case"), ("test", "cases"),
-        ("regular", "expression"), ("regular", "expressions"), ("sql", "query"),
-        ("sql", "queries"), ("type", "hint"), ("type", "hints"), ("one", "liner"),
+        ("unit", "test"),
+        ("unit", "tests"),
+        ("test", "case"),
+        ("test", "cases"),
+        ("regular", "expression"),
+        ("regular", "expressions"),
+        ("sql", "query"),
+        ("sql", "queries"),
+        ("type", "hint"),
+        ("type", "hints"),
+        ("one", "liner"),
         ("one", "liners"),
     }
 )
@@ -42,6 +63,8 @@ _NOUN_FIRST_LINKS = vocabulary("to that for which")
 # "this function", "my regex", "the following query": the user points at code they supply.
 _DEICTIC = vocabulary("this these my our following attached above below")
 _POINTED_NOUNS = _STRONG | vocabulary("program programs query queries")
+# Words that can follow a deictic in a pointed phrase; without one, _pointed cannot match.
+_POINTED_FOLLOWERS = _POINTED_NOUNS | frozenset(first for first, _ in _STRONG_PAIRS)
 LANGUAGES = vocabulary(
     "python javascript typescript java kotlin golang c++ c# php perl scala haskell elixir"
     " erlang clojure lua sql mysql postgres postgresql sqlite bash zsh powershell html css jsx"
@@ -68,6 +91,14 @@ _REF_AFTER = vocabulary("below above")  # "the handbook excerpts below"
 _REF_LEADS = vocabulary("to on only from in given")  # "according to the", "based on the", ...
 _REF_WORDS = vocabulary("cite citing citation citations summarize summarise tldr")
 _REF_TRIGGERS = _REF_NOUNS | vocabulary("results base dr")
+# "write a short story", "compose song lyrics", "continue this scene": new creative writing.
+_CREATIVE_VERBS = vocabulary("write compose create draft continue finish tell generate")
+_CREATIVE_NOUNS = vocabulary(
+    "story stories poem poems poetry song songs lyrics limerick limericks haiku haikus sonnet"
+    " ballad rap verse verses screenplay scene scenes fable fables tale tales novel chapter"
+    " fanfic fanfiction fiction monologue"
+)
+_CREATIVE_WINDOW = 4  # "write a short funny story": the noun follows the verb closely
 _FIRST_PERSON = vocabulary("i i'm i've i'd i'll me my myself mine")
 # Sentences of a behaviour prompt start with these ("You are...", "Never promise...").
 _INSTRUCTION_STARTS = vocabulary(
@@ -76,7 +107,7 @@ _INSTRUCTION_STARTS = vocabulary(
     " remind address prioritize follow refuse include format provide give help if when unless"
     " ensure consider treat output"
 )
-_SENTENCE_BREAKS = MappingProxyType(str.maketrans(dict.fromkeys("!?;\n", ".")))
+_SENTENCE_BREAKS = _ascii_table("!?;\n", ".")
 _BULLET_CHARS = " -*•#>\t0123456789)."
 
 
@@ -107,10 +138,11 @@ def _window_kind(tokens: list[str], start: int, language: bool) -> int:
         token = tokens[i]
         if token in _STRONG or (tokens[i - 1], token) in _STRONG_PAIRS:
             return 3
+        # Comparisons rather than max(): a builtin call per token shows on every request.
         if token in LANGUAGES or (language and token in _CASED_LANGUAGES):
-            best = max(best, 2)
-        elif token in _WEAK:
-            best = max(best, 1)
+            best = 2
+        elif token in _WEAK and best < 1:
+            best = 1
     return best
 
 
@@ -133,12 +165,16 @@ def ask_cues(words: Words, text: str) -> AskCues:
     if not _VERBS.isdisjoint(present) or not _ASK_VERBS.isdisjoint(present):
         for i, token in enumerate(tokens):
             if token in _VERBS:
-                kind = max(kind, _window_kind(tokens, i + 1, language))
+                found = _window_kind(tokens, i + 1, language)
             elif token in _ASK_VERBS and i + 1 < len(tokens) and tokens[i + 1] == "me":
-                kind = max(kind, _window_kind(tokens, i + 2, language))
-            if kind == 3:
-                break
-    if kind < 3 and not _DEICTIC.isdisjoint(present):
+                found = _window_kind(tokens, i + 2, language)
+            else:
+                continue
+            if found > kind:
+                kind = found
+                if kind == 3:
+                    break
+    if kind < 3 and not _DEICTIC.isdisjoint(present) and not _POINTED_FOLLOWERS.isdisjoint(present):
         kind = max(kind, _pointed(tokens))
     # "regex to match ...", "PowerShell script to list ...": the noun comes first.
     for i, token in enumerate(tokens[:3]):
@@ -168,6 +204,22 @@ def grounding_cue(words: Words) -> bool:
     return False
 
 
+def creative_ask(words: Words) -> bool:
+    """Does the text ask for a new piece of creative writing?
+
+    The noun must follow the verb closely: "write a summary of the story" asks for a summary.
+    """
+    tokens, present = words.tokens, words.present
+    if _CREATIVE_NOUNS.isdisjoint(present) or _CREATIVE_VERBS.isdisjoint(present):
+        return False
+    for i, token in enumerate(tokens):
+        if token in _CREATIVE_VERBS:
+            for following in tokens[i + 1 : i + 1 + _CREATIVE_WINDOW]:
+                if following in _CREATIVE_NOUNS:
+                    return True
+    return False
+
+
 def coding_system_cue(words: Words) -> bool:
     present = words.present
     return (
@@ -177,10 +229,13 @@ def coding_system_cue(words: Words) -> bool:
     )
 
 
-def first_person_ratio(words: Words) -> float:
-    if not words.tokens:
+def first_person_ratio(text: str) -> float:
+    """Share of first-person words ("I", "my", "I'm") among the words of ``text``."""
+    tokens = text.lower().translate(_SPLIT).split()
+    if not tokens:
         return 0.0
-    return sum(1 for token in words.tokens if token in _FIRST_PERSON) / len(words.tokens)
+    # map() over a set's __contains__ counts in C, several times faster than a generator.
+    return sum(map(_FIRST_PERSON.__contains__, tokens)) / len(tokens)
 
 
 def instruction_share(text: str) -> float:

@@ -32,13 +32,14 @@ class RequestText:
     has_tools: bool = False
     prompt_tokens: int = 0
     images: int = 0
+    chars: int = 0  # full length of all segments
 
 
 def _clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     head = limit * 3 // 4
-    return f"{text[:head]}\n{text[len(text) - (limit - head):]}"
+    return f"{text[:head]}\n{text[len(text) - (limit - head) :]}"
 
 
 def _content_text(content: object, request: RequestText) -> str:
@@ -75,6 +76,7 @@ def _role(message: Mapping[str, Any]) -> str:
 def _add(request: RequestText, role: str, text: str) -> None:
     segment = Segment(role=role, chars=len(text), text=text)
     request.segments.append(segment)
+    request.chars += segment.chars
     if role in ("user", "prompt"):
         request.last_user = segment
         request.last_user_index = len(request.segments) - 1
@@ -115,7 +117,8 @@ def extract(body: Mapping[str, Any], max_chars: int) -> RequestText:
             if text:
                 _add(request, role, text)
     _add_prompt(request, body.get("prompt"))
-    if sum(segment.chars for segment in request.segments) > max_chars:
+    # Scanned text is at most the full text: most requests are under the cap in full.
+    if request.chars > max_chars:
         _clip_to_budget(request, max_chars)
     return request
 

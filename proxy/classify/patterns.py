@@ -17,10 +17,11 @@ def vocabulary(words: str) -> frozenset[str]:
 
 # A line (stripped, at most LONG_LINE chars, not ending like a sentence) reads as code when
 # its first word is a keyword followed by something code-shaped, when it is a SQL or
-# Dockerfile clause, a block closer, or when it has one of the shapes of CODE_SHAPE. Case
-# matters: keywords are lowercase in code and capitalized at the start of a sentence. The
-# first word is looked up in a set because a regex alternation of 50 keywords is tried
-# branch by branch and costs microseconds per line.
+# Dockerfile clause, a block closer, or when it has one of the shapes of CODE_SHAPE (lines
+# typed at a shell prompt are recognised apart, by SHELL_PROMPT). Case matters: keywords are
+# lowercase in code and capitalized at the start of a sentence. The first word is looked up
+# in a set because a regex alternation of 50 keywords is tried branch by branch and costs
+# microseconds per line.
 CODE_KEYWORDS = vocabulary(
     """def class fn func fun impl struct enum interface trait namespace typedef template public
     private protected internal static final abstract override async await const let var val
@@ -53,14 +54,19 @@ CODE_SHAPE = re.compile(
     | "[^"\n]{1,60}"\s*:\s*\S                                            # json key
     | @[\w.]+(?:\(.*\))?$                                                # decorator
     | (?://|/\*|\*/|--\s|<!--)
-    | \$\s+\S                                                            # shell prompt
     """,
     re.VERBOSE,
 )
 # Line endings tested with str.endswith, much cheaper than a ".*" regex branch.
 CODE_LINE_ENDS = (";", "{", "=>", "->", "):", "\\")
+# A code line ending like this (or a Python block header) leaves a block open: a prompt that
+# stops there asks the model to write the block's body.
+BLOCK_OPENERS = ("{", "(", "[", "):", "=>", "->")
+BLOCK_HEADERS = vocabulary("def class if elif else for while with try except finally async")
 SENTENCE_ENDS = (".", "?", "!", ".)", '."', "?)", '?"')
 BULLET_STARTS = ("- ", "* ", "• ", "+ ")
+# An indented "- uses: actions/checkout@v4" is an item of a YAML list, not a bullet.
+YAML_ITEM = re.compile(r"- [a-z][\w.-]*:(?:\s|$)")
 INDENTS = ("    ", "\t")
 LONG_LINE = 160
 
@@ -68,8 +74,8 @@ LONG_LINE = 160
 # colon that announces retrieved text (a few leading words allowed, a few languages).
 DOC_KEY = re.compile(
     r"""(?:\#{1,4}\s*)?(?:[\w-]+\s+){0,3}?(?:context|documents?|documentation|sources?
-    |passages?|references?|excerpts?|search\s+results|knowledge\s+base|articles?|transcript
-    |background|question|answer|title|url|author|date|page|from|to|subject
+    |passages?|references?|excerpts?|snippets?|search\s+results|knowledge\s+base|articles?
+    |transcript|background|question|answer|title|url|author|date|page|from|to|subject
     |contexte|contexto|contesto|kontext|quellen?|fuentes?|documentos?)
     (?:\s*\#?\d{1,3})?\s*(?:\([^)]{0,80}\))?\s*""",
     re.VERBOSE | re.IGNORECASE,
@@ -83,6 +89,30 @@ DOC_TAG = re.compile(
     r"</?(?:documents?|context|sources?|passages?|search_results?|document_content|article)\b",
     re.IGNORECASE,
 )
+
+# A command typed at a shell or REPL prompt: "$ pip install -e .", ">>> df.shape",
+# "PS C:\proj> ./build.ps1", "ana@box:~/site$ npm run build". A bare "$" must be followed by a
+# command-like character so that amounts ("$ 120.00 groceries") do not match.
+SHELL_STARTS = ("$ ", ">>> ", "PS ")
+SHELL_PROMPT = re.compile(
+    r"""\$\s+[A-Za-z_./~\\'"(\[]
+    | >>>\s+\S
+    | PS\s[A-Za-z]:\\[^>\n]*>\s*\S
+    | [\w.-]+@[\w.-]+:[^\s$\#]*[$\#]\s+\S""",
+    re.VERBOSE,
+)
+
+# The speaker of a "name: message" line in a chat log or a script ("alice", "Mrs. Hale",
+# "customer").
+SPEAKER_NAME_MAX = 24
+SPEAKER_NAME = re.compile(r"[A-Za-z][A-Za-z.'-]*(?: [A-Za-z][A-Za-z.'-]*){0,2}")
+# Log levels share the shape but start log records; "Q:" and "A:" label a question and its
+# answer, like the Question/Answer keys of DOC_KEY.
+NOT_SPEAKERS = vocabulary("debug info warn warning error fatal critical trace notice note q a")
+# Keys after which a doc-marked block turns from material to the question.
+QUESTION_KEYS = vocabulary("question questions query answer")
+# Speakers that are the user: a pasted exchange the user took part in.
+SELF_SPEAKERS = vocabulary("me i myself")
 
 EXCEPTION_LINE = re.compile(r"\w+(?:\.\w+)*(?:Error|Exception):\s")
 EXCEPTION_NAME = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception)\b")

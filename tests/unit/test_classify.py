@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from proxy.classify import Classification, Classifier, ClassifierConfig, ClassRule
 from proxy.classify.extract import extract
+from tests.unit.data.classify_eval_holdout3 import HOLDOUT3
 
 EVAL_SET = Path(__file__).parent / "data" / "classify_eval.jsonl"
 LABELS = ("rag", "code", "chat")
@@ -75,8 +76,9 @@ def test_evaluation_set(capsys: pytest.CaptureFixture[str]) -> None:
     per_request_us = (time.perf_counter() - started) / len(rows) * 1e6
     reports = [_report("all rows", overall)]
     for split in sorted({row["split"] for row in rows}):
-        reports.append(_report(split, _confusion([r for r in rows if r["split"] == split],
-                                                 classifier)))
+        reports.append(
+            _report(split, _confusion([r for r in rows if r["split"] == split], classifier))
+        )
     with capsys.disabled():
         print("\n" + "\n".join(reports))
         print(f"mean classification time over the set: {per_request_us:.1f} us/request")
@@ -88,10 +90,29 @@ def test_evaluation_set(capsys: pytest.CaptureFixture[str]) -> None:
         assert overall[(gold, gold)] / support >= 0.85, gold
 
 
+def test_blind_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    """The third held-out batch: written without seeing the classifier or the other rows,
+    scored once (64/72) and not tuned against, so it is the set that estimates accuracy on
+    unseen traffic. The floors sit just under that first score: they catch a regression on
+    unseen shapes, which the development set cannot."""
+    classifier = Classifier()
+    confusion = Counter((gold, classifier.classify(body).label) for gold, body in HOLDOUT3)
+    with capsys.disabled():
+        print("\n" + _report("blind batch (holdout3)", confusion))
+    total = sum(confusion.values())
+    assert total == 72
+    assert sum(confusion[(label, label)] for label in LABELS) / total >= 0.85
+    for gold in LABELS:
+        support = sum(confusion[(gold, predicted)] for predicted in LABELS)
+        assert confusion[(gold, gold)] / support >= 0.7, gold
+
+
 def test_timing_figures(capsys: pytest.CaptureFixture[str]) -> None:
     classifier = Classifier()
-    typical = chat(("system", "You are a helpful assistant."),
-                   ("user", "What are three fun facts about octopuses? Keep it short."))
+    typical = chat(
+        ("system", "You are a helpful assistant."),
+        ("user", "What are three fun facts about octopuses? Keep it short."),
+    )
     huge = chat(("user", "Please review:\n\n```python\n" + SNIPPET * 1000 + "```"))
     figures = []
     for name, body, rounds in (("typical chat", typical, 2000), ("100 KB prompt", huge, 50)):
@@ -130,11 +151,16 @@ def test_prose_lines_are_not_code_lines() -> None:
 @pytest.mark.parametrize(
     ("text", "feature"),
     [
-        ('Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n'
-         "KeyError: 'x'", "stack_trace"),
+        (
+            'Traceback (most recent call last):\n  File "a.py", line 3, in <module>\n'
+            "KeyError: 'x'",
+            "stack_trace",
+        ),
         ("error[E0382]: borrow of moved value\n --> src/main.rs:7:20", "stack_trace"),
-        ("diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n-a = 1\n+a = 2",
-         "diff"),
+        (
+            "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n-a = 1\n+a = 2",
+            "diff",
+        ),
     ],
 )
 def test_code_artifacts(text: str, feature: str) -> None:
@@ -153,8 +179,7 @@ def test_fill_in_the_middle_prompt_is_code() -> None:
 @pytest.mark.parametrize(
     ("text", "request_kind", "label"),
     [
-        ("Write a Python function that checks whether a string is a palindrome.", "strong",
-         "code"),
+        ("Write a Python function that checks whether a string is a palindrome.", "strong", "code"),
         ("regex to match US phone numbers like (555) 123-4567", "strong", "code"),
         ("Explain this one-liner: awk -F, '{s+=$3} END {print s}' data.csv", "strong", "code"),
         ("Implement binary search in Rust.", "language", "code"),
@@ -175,8 +200,10 @@ def test_language_names_that_are_words_only_count_capitalized() -> None:
 
 
 def test_coding_system_prompt_and_inline_code() -> None:
-    body = chat(("system", "You are a senior software engineer doing code review."),
-                ("user", "Is `items.sort(key=len)` stable?"))
+    body = chat(
+        ("system", "You are a senior software engineer doing code review."),
+        ("user", "Is `items.sort(key=len)` stable?"),
+    )
     result = classify(body)
     assert result.features["code_system_cue"] is True
     assert result.features["inline_code"] == 0.3
@@ -186,9 +213,11 @@ def test_coding_system_prompt_and_inline_code() -> None:
 
 
 def test_code_in_assistant_history_counts_for_follow_ups() -> None:
-    body = chat(("user", "Write a function that returns the digits of an integer."),
-                ("assistant", "```python\ndef digits(n):\n    return [int(c) for c in str(n)]\n```"),
-                ("user", "now make it handle negative numbers too"))
+    body = chat(
+        ("user", "Write a function that returns the digits of an integer."),
+        ("assistant", "```python\ndef digits(n):\n    return [int(c) for c in str(n)]\n```"),
+        ("user", "now make it handle negative numbers too"),
+    )
     assert classify(body).label == "code"
 
 
@@ -196,8 +225,10 @@ def test_code_in_assistant_history_counts_for_follow_ups() -> None:
 
 
 def test_context_in_system_prompt_is_rag() -> None:
-    body = chat(("system", f"Answer using only the context below.\n\nContext:\n[1] {PASSAGE}"),
-                ("user", "How many days can I carry over?"))
+    body = chat(
+        ("system", f"Answer using only the context below.\n\nContext:\n[1] {PASSAGE}"),
+        ("user", "How many days can I carry over?"),
+    )
     result = classify(body)
     assert result.label == "rag"
     assert int(result.features["doc_markers"]) >= 2
@@ -220,12 +251,23 @@ def test_instruction_then_pasted_text_in_next_turn_is_rag() -> None:
 
 def test_retrieved_text_in_tool_message_is_rag_but_small_json_is_not() -> None:
     def body(tool_content: str) -> dict[str, Any]:
-        return {"messages": [
-            {"role": "user", "content": "how much PTO do I get?"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
-                "function": {"name": "search", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "1", "content": tool_content},
-        ]}
+        return {
+            "messages": [
+                {"role": "user", "content": "how much PTO do I get?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "1",
+                            "type": "function",
+                            "function": {"name": "search", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "1", "content": tool_content},
+            ]
+        }
 
     rag = classify(body(PASSAGE))
     assert rag.label == "rag"
@@ -245,8 +287,9 @@ def test_behaviour_system_prompt_is_chat_but_knowledge_system_prompt_is_rag() ->
     persona = classify(chat(("system", PERSONA), ("user", "hi, my parcel is late")))
     assert persona.label == "chat"
     assert float(persona.features["system_instruction_share"]) >= 0.5
-    knowledge = classify(chat(("system", f"Be friendly.\n\n{PASSAGE}"),
-                              ("user", "How many days can I carry over?")))
+    knowledge = classify(
+        chat(("system", f"Be friendly.\n\n{PASSAGE}"), ("user", "How many days can I carry over?"))
+    )
     assert knowledge.label == "rag"
     assert float(knowledge.features["system_instruction_share"]) < 0.5
 
@@ -273,16 +316,183 @@ def test_long_conversation_is_chat() -> None:
     assert int(result.features["prompt_chars"]) > 2000
 
 
+# --------------------------------------------------------------------- shapes holdout2 exposed
+
+
+SHORT_PASSAGE = (
+    "The museum's east wing reopened in May after a two-year renovation. It now houses the "
+    "textile collection, and entry is included in the standard ticket."
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": f"Passage: {SHORT_PASSAGE}\nQuestion: Is entry included?\nAnswer:"},
+        chat(("user", f"<document>{SHORT_PASSAGE}</document>\nIs entry included?")),
+        chat(
+            ("user", f"Pull the opening month and the collection out of this:\n\n{SHORT_PASSAGE}")
+        ),
+    ],
+)
+def test_short_framed_context_is_rag(body: dict[str, Any]) -> None:
+    result = classify(body)
+    assert int(result.features["context_chars"]) < 300
+    assert result.features["short_context"] is True
+    assert result.label == "rag"
+    assert "short framed context" in result.reason
+
+
+def test_short_unframed_or_personal_text_stays_chat() -> None:
+    plain = classify(chat(("user", f"{SHORT_PASSAGE}\n\nIs entry included?")))
+    assert plain.features["short_context"] is False
+    assert plain.label == "chat"
+    own = classify(
+        chat(
+            (
+                "user",
+                "Context: I'm a teacher and I want to switch careers into UX "
+                "design, but I have two kids and I worry about my savings and "
+                "a pay cut.\n\nIs it realistic?",
+            )
+        )
+    )
+    assert float(own.features["first_person_ratio"]) >= 0.05
+    assert own.label == "chat"
+
+
+def test_table_frames_short_context() -> None:
+    table = (
+        "| Plan | Seats | SSO |\n|---|---|---|\n| Starter | 5 | no |\n| Team | 25 | no |\n"
+        "| Business | 100 | yes |\n| Enterprise | unlimited | yes, with SCIM and audit logs |"
+    )
+    result = classify(chat(("user", f"{table}\n\nwhich plans include SSO?")))
+    assert result.features["table_rows"] == 6
+    assert result.features["code_lines"] == 0
+    assert result.label == "rag"
+
+
+SLACK = (
+    "alice: should we move the launch to next week? the translations aren't back yet\n"
+    "bob: I'd rather ship english-only on thursday and add the rest after\n"
+    "carol: sales promised the german version to two customers though\n"
+    "alice: ok then thursday in english and german, the others the week after\n"
+    "bob: works for me, I'll update the release checklist"
+)
+
+
+def test_lowercase_chat_log_is_not_code() -> None:
+    result = classify(chat(("user", f"summarize the decision in this thread:\n\n{SLACK}")))
+    assert result.features["transcript_lines"] == 5
+    assert result.features["code_lines"] == 0
+    assert result.features["own_dialogue"] is False
+    assert result.label == "rag"
+
+
+def test_chat_log_the_user_is_in_or_continues_is_chat() -> None:
+    mine = SLACK.replace("alice:", "me:")
+    advice = classify(chat(("user", f"{mine}\n\nhow do I tell them I disagree?")))
+    assert advice.features["own_dialogue"] is True
+    assert advice.label == "chat"
+    cont = classify({"prompt": f"{SLACK}\ncarol:"})
+    assert cont.features["own_dialogue"] is True
+    assert cont.label == "chat"
+
+
+def test_yaml_keys_are_not_a_chat_log() -> None:
+    yaml = (
+        "name: deploy the documentation site\non:\n  push:\n    branches: [main]\njobs:\n"
+        "  build:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n"
+        "      - run: make docs"
+    )
+    result = classify(chat(("user", f"why does this never run on pull requests?\n\n{yaml}")))
+    assert result.features["transcript_lines"] == 0
+    assert result.label == "code"
+
+
+def test_creative_brief_is_chat_but_story_to_summarize_is_rag() -> None:
+    idea = (
+        f"{PASSAGE}\n\nThe twist: the HR portal has been sentient all along and "
+        "approves only the requests it likes."
+    )
+    brief = classify(chat(("user", f"Write a short story based on this idea:\n\n{idea}")))
+    assert brief.features["creative_ask"] is True
+    assert brief.label == "chat"
+    summary = classify(chat(("user", f"Write a summary of this story:\n\n{idea}")))
+    assert summary.features["creative_ask"] is False
+    assert summary.label == "rag"
+
+
+def test_shell_session_is_code_but_amounts_are_not_prompts() -> None:
+    session = (
+        "what am I doing wrong?\n\n$ python -m venv .venv\n$ pip install -e .\n"
+        "ERROR: File setup.py not found. Directory cannot be installed in editable mode"
+    )
+    result = classify(chat(("user", session)))
+    assert result.features["shell_lines"] == 2
+    assert result.label == "code"
+    assert "shell prompt lines" in result.reason
+    prices = classify(chat(("user", "pending:\n$ 120.00 groceries\n$ 45.50 fuel\nis that a lot?")))
+    assert prices.features["shell_lines"] == 0
+    assert prices.label == "chat"
+
+
+def test_document_tags_mark_supplied_text_in_one_block() -> None:
+    text = f"<context>\n{PASSAGE}\n</context>\n<question>How many days carry over?</question>"
+    result = classify(chat(("user", text)))
+    assert int(result.features["question_chars"]) < 100
+    assert result.label == "rag"
+    html = (
+        'why is the body escaped?\n<article class="post">\n  <h1>{{ post.title }}</h1>\n'
+        '  <div class="body">{{ post.body }}</div>\n</article>'
+    )
+    assert classify(chat(("user", html))).label == "code"
+
+
+def test_short_follow_up_to_a_code_request_is_code() -> None:
+    body = chat(
+        ("user", "I need a regex for email addresses"),
+        ("assistant", "A pragmatic one is `^[^@\\s]+@[^@\\s]+$`."),
+        ("user", "it also accepts abc@def without a TLD, fix it"),
+    )
+    result = classify(body)
+    assert result.features["follow_up_to"] == "strong"
+    assert float(result.features["reply_inline_code"]) > 0
+    assert result.label == "code"
+    question = chat(
+        ("user", "What's the difference between a list and a tuple in Python?"),
+        ("assistant", "A list is mutable, so `xs.append(4)` works."),
+        ("user", "when would I pick one over the other?"),
+    )
+    result = classify(question)
+    assert result.features["follow_up_to"] == "none"
+    assert result.label == "chat"
+
+
+def test_completion_prompt_ending_in_an_open_block_is_code() -> None:
+    result = classify({"prompt": "# Return the n-th Fibonacci number.\ndef fib(n: int) -> int:\n"})
+    assert result.features["open_code_block"] is True
+    assert result.label == "code"
+    qa = classify({"prompt": "Q: Who painted the Sistine Chapel ceiling?\nA:"})
+    assert qa.features["open_code_block"] is False
+    assert qa.label == "chat"
+
+
 # --------------------------------------------------------------------- request shapes
 
 
 def test_content_part_lists() -> None:
-    body = chat(("user", [
-        {"type": "text", "text": "Here are some search results:"},
-        {"type": "text", "text": f"[1] {PASSAGE}"},
-        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
-        {"type": "text", "text": "How many days can I carry over?"},
-    ]))
+    body = chat(
+        (
+            "user",
+            [
+                {"type": "text", "text": "Here are some search results:"},
+                {"type": "text", "text": f"[1] {PASSAGE}"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+                {"type": "text", "text": "How many days can I carry over?"},
+            ],
+        )
+    )
     result = classify(body)
     assert result.label == "rag"
     assert result.features["images"] == 1
@@ -304,8 +514,14 @@ def test_completions_prompt_shapes() -> None:
         {"messages": "hello"},
         {"messages": []},
         {"messages": [None, 3, "x", {"role": 5, "content": 7}, {"content": None}]},
-        {"messages": [{"role": "user", "content": [None, 1, {"type": "text", "text": None},
-                                                    {"text": 5}, "plain"]}]},
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [None, 1, {"type": "text", "text": None}, {"text": 5}, "plain"],
+                }
+            ]
+        },
         {"messages": [{"role": "assistant", "content": None, "tool_calls": "bad"}]},
         {"messages": [{"role": "user", "content": ""}], "tools": None},
         {"prompt": None},
@@ -314,6 +530,10 @@ def test_completions_prompt_shapes() -> None:
         {"messages": [{"role": "user", "content": "```"}]},
         {"messages": [{"role": "user", "content": "\n\n\n"}]},
         {"messages": [{"role": "user", "content": "[" * 5000 + "x" * 200}]},
+        {"messages": [{"role": "user", "content": "a: b c d e\na: b c d e\nb: c d e f\n:"}]},
+        {"messages": [{"role": "user", "content": "</context><context>x"}]},
+        {"messages": [{"role": "user", "content": "$ \n>>> \n|\n| |\nPS C:\\>"}]},
+        {"prompt": "user: one two three four\nbot:"},
     ],
 )
 def test_odd_inputs_never_raise(body: dict[str, Any]) -> None:
@@ -365,8 +585,9 @@ def test_empty_override_is_ignored() -> None:
 # --------------------------------------------------------------------- rules and config
 
 
-SQL_RULE = ClassRule(label="sql", any_keywords=["select", "join", "group by"], min_hits=2,
-                     roles=["user"])
+SQL_RULE = ClassRule(
+    label="sql", any_keywords=["select", "join", "group by"], min_hits=2, roles=["user"]
+)
 
 
 def test_rule_is_tested_before_built_in_labels() -> None:

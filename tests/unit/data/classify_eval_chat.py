@@ -95,105 +95,145 @@ MULTI_TURN: list[list[dict[str, Any]]] = [
         _u("hey, any plans for the weekend? I'm bored"),
         _a("I don't have weekends, but I'd love to help you plan yours! Indoors or outdoors?"),
         _u("outdoors, but it might rain"),
-        _a("Then a covered market, a botanical garden greenhouse, or a rainy-day hike with "
-           "good gear could all work. What city are you in?"),
+        _a(
+            "Then a covered market, a botanical garden greenhouse, or a rainy-day hike with "
+            "good gear could all work. What city are you in?"
+        ),
         _u("Manchester. something cheap please"),
     ],
     [
-        _u("Can you help me with my homework? A rectangle's length is 3 more than twice its "
-           "width and its perimeter is 42. Find the dimensions."),
-        _a("Sure. Let the width be w. Then the length is 2w + 3. The perimeter is "
-           "2(w + 2w + 3) = 42. What do you get when you simplify?"),
+        _u(
+            "Can you help me with my homework? A rectangle's length is 3 more than twice its "
+            "width and its perimeter is 42. Find the dimensions."
+        ),
+        _a(
+            "Sure. Let the width be w. Then the length is 2w + 3. The perimeter is "
+            "2(w + 2w + 3) = 42. What do you get when you simplify?"
+        ),
         _u("6w + 6 = 42 so w = 6?"),
         _a("Exactly. So the width is 6. What is the length?"),
         _u("15! thanks. can you give me a similar one to practice?"),
     ],
     [
-        _s("You are a patient French tutor. Reply in simple French and correct mistakes "
-           "gently at the end of each message."),
+        _s(
+            "You are a patient French tutor. Reply in simple French and correct mistakes "
+            "gently at the end of each message."
+        ),
         _u("Bonjour! Je suis allé au marché hier et j'ai acheté des pommes."),
         _a("Bonjour ! Très bien ! Qu'est-ce que tu vas faire avec les pommes ? Une tarte ?"),
         _u("Oui, je vais faire une tarte pour ma mère. Elle aime beaucoup les tartes."),
     ],
     [
         _u("I want to propose to my girlfriend next month. She hates big public gestures."),
-        _a("That's exciting! Since she prefers privacy, consider somewhere meaningful to the "
-           "two of you: the place you met, a quiet viewpoint, or at home with a dinner you "
-           "cook together. Do you know her ring size?"),
+        _a(
+            "That's exciting! Since she prefers privacy, consider somewhere meaningful to the "
+            "two of you: the place you met, a quiet viewpoint, or at home with a dinner you "
+            "cook together. Do you know her ring size?"
+        ),
         _u("No idea about the ring size. How do I find out without her noticing?"),
     ],
     [
         _u("I'm planning a road trip from Denver to Seattle. 5 days."),
-        _a("Great trip! A popular route is Denver -> Salt Lake City -> Boise -> Bend -> "
-           "Portland -> Seattle, which gives you roughly 4 to 6 hours of driving per day. "
-           "Would you like national parks on the way?"),
+        _a(
+            "Great trip! A popular route is Denver -> Salt Lake City -> Boise -> Bend -> "
+            "Portland -> Seattle, which gives you roughly 4 to 6 hours of driving per day. "
+            "Would you like national parks on the way?"
+        ),
         _u("yes! which parks could we fit?"),
-        _a("Grand Teton and Yellowstone are a detour north, Craters of the Moon is right on "
-           "the way in Idaho, and Crater Lake fits if you go via Bend."),
+        _a(
+            "Grand Teton and Yellowstone are a detour north, Craters of the Moon is right on "
+            "the way in Idaho, and Crater Lake fits if you go via Bend."
+        ),
         _u("what about day 2, where should we sleep?"),
     ],
     [
         _u("Write a short poem about my grandmother's garden."),
-        _a("In Nana's garden, roses lean\nagainst a fence of faded green;\nthe beans climb "
-           "up on twine she tied,\nand marigolds keep watch beside."),
+        _a(
+            "In Nana's garden, roses lean\nagainst a fence of faded green;\nthe beans climb "
+            "up on twine she tied,\nand marigolds keep watch beside."
+        ),
         _u("Lovely. Can you make it sadder, like she passed away last spring?"),
     ],
     [
-        _u("Do you think I should learn Python or JavaScript first? I want to get into data "
-           "analysis eventually but also maybe build a website."),
-        _a("For data analysis, Python is the stronger first choice because of pandas, "
-           "Jupyter and the broader data ecosystem. JavaScript is essential for front-end web "
-           "work. Many people start with Python and pick up JavaScript later."),
+        _u(
+            "Do you think I should learn Python or JavaScript first? I want to get into data "
+            "analysis eventually but also maybe build a website."
+        ),
+        _a(
+            "For data analysis, Python is the stronger first choice because of pandas, "
+            "Jupyter and the broader data ecosystem. JavaScript is essential for front-end web "
+            "work. Many people start with Python and pick up JavaScript later."
+        ),
         _u("how long until I'm employable, realistically?"),
     ],
     [
-        _s("You are a debate coach. Take the opposing side of whatever the student argues and "
-           "keep responses under 150 words."),
+        _s(
+            "You are a debate coach. Take the opposing side of whatever the student argues and "
+            "keep responses under 150 words."
+        ),
         _u("School uniforms should be mandatory because they reduce bullying."),
-        _a("Evidence that uniforms reduce bullying is mixed at best. Bullies adapt: shoes, "
-           "phones, hairstyles and bags still signal status. Meanwhile uniforms suppress "
-           "self-expression, which many students value."),
+        _a(
+            "Evidence that uniforms reduce bullying is mixed at best. Bullies adapt: shoes, "
+            "phones, hairstyles and bags still signal status. Meanwhile uniforms suppress "
+            "self-expression, which many students value."
+        ),
         _u("But they also save parents money, right?"),
     ],
     [
         _u("my plant's leaves are turning yellow"),
-        _a("Sorry to hear that! Yellow leaves usually come from overwatering, underwatering, "
-           "too little light, or nutrient deficiency. What kind of plant is it, and how "
-           "often do you water it?"),
+        _a(
+            "Sorry to hear that! Yellow leaves usually come from overwatering, underwatering, "
+            "too little light, or nutrient deficiency. What kind of plant is it, and how "
+            "often do you water it?"
+        ),
         _u("a monstera, I water every 3 days"),
-        _a("That's likely too often for a monstera. Let the top 5 cm of soil dry out between "
-           "waterings, which indoors usually means once every 7 to 10 days."),
+        _a(
+            "That's likely too often for a monstera. Let the top 5 cm of soil dry out between "
+            "waterings, which indoors usually means once every 7 to 10 days."
+        ),
         _u("ok. should I cut off the yellow leaves?"),
     ],
     [
         _u("I'm thinking about quitting my job to travel for a year. I've saved about 20k."),
-        _a("That's a big decision. How long could 20k last depends heavily on where you go: "
-           "Southeast Asia or parts of South America can be done on 1,000 to 1,500 a month. "
-           "What worries you most about it?"),
+        _a(
+            "That's a big decision. How long could 20k last depends heavily on where you go: "
+            "Southeast Asia or parts of South America can be done on 1,000 to 1,500 a month. "
+            "What worries you most about it?"
+        ),
         _u("mostly getting back into the job market after. I'm a nurse."),
-        _a("Nursing is one of the more resilient fields for career breaks, though you may "
-           "need to keep your registration current. Some nurses take short travel contracts."),
+        _a(
+            "Nursing is one of the more resilient fields for career breaks, though you may "
+            "need to keep your registration current. Some nurses take short travel contracts."
+        ),
         _u("how do I keep my registration current while abroad?"),
     ],
     [
         _u("Tell me about the history of tea in England."),
-        _a("Tea arrived in England in the mid-17th century, popularized at court by Catherine "
-           "of Braganza. High taxes made it a luxury and fuelled smuggling until the "
-           "Commutation Act of 1784 slashed the duty. The East India Company dominated the "
-           "trade, and later plantations in India and Ceylon made tea affordable for all."),
+        _a(
+            "Tea arrived in England in the mid-17th century, popularized at court by Catherine "
+            "of Braganza. High taxes made it a luxury and fuelled smuggling until the "
+            "Commutation Act of 1784 slashed the duty. The East India Company dominated the "
+            "trade, and later plantations in India and Ceylon made tea affordable for all."
+        ),
         _u("When did afternoon tea become a thing?"),
-        _a("Afternoon tea is usually credited to Anna, Duchess of Bedford, in the 1840s, who "
-           "grew hungry in the long gap between lunch and a late dinner."),
+        _a(
+            "Afternoon tea is usually credited to Anna, Duchess of Bedford, in the 1840s, who "
+            "grew hungry in the long gap between lunch and a late dinner."
+        ),
         _u("And the milk first or last debate?"),
     ],
     [
         _u("Can you act as a Dungeon Master? I'm a halfling rogue named Pip."),
-        _a("Welcome, Pip! You stand at the edge of Thornwick, a muddy village where the "
-           "innkeeper swears something has been stealing chickens at night. A torn map is "
-           "pinned to the notice board. What do you do?"),
+        _a(
+            "Welcome, Pip! You stand at the edge of Thornwick, a muddy village where the "
+            "innkeeper swears something has been stealing chickens at night. A torn map is "
+            "pinned to the notice board. What do you do?"
+        ),
         _u("I sneak over to the notice board and take the map without anyone seeing."),
-        _a("Roll for Stealth! You rolled a 17. Nobody notices as you slip the map into your "
-           "sleeve. It shows the old mill, circled twice in red ink."),
+        _a(
+            "Roll for Stealth! You rolled a 17. Nobody notices as you slip the map into your "
+            "sleeve. It shows the old mill, circled twice in red ink."
+        ),
         _u("I head to the old mill at dusk, staying in the shadows."),
     ],
 ]
@@ -201,26 +241,34 @@ MULTI_TURN: list[list[dict[str, Any]]] = [
 
 def _long_wedding_chat() -> list[dict[str, Any]]:
     turns = [
-        ("We're getting married next June and have no idea where to start.",
-         "Congratulations! Start with three decisions that drive everything else: budget, "
-         "guest count and rough location. Once those are set, you can book a venue, which "
-         "often needs to happen 9 to 12 months ahead, and then caterer, photographer and "
-         "officiant. Would you like a month-by-month checklist?"),
-        ("Budget is about 25k, maybe 90 guests.",
-         "That works out to roughly 275 per guest, which is realistic in many regions if "
-         "you are flexible on the date or venue. Venue and catering usually take 45 to 50 "
-         "percent. Fridays, Sundays or off-peak months can save a lot. Do you want a "
-         "religious ceremony, a civil one, or something in between?"),
-        ("Civil, outdoors if possible. My partner wants a band but I think a DJ is fine.",
-         "For outdoor ceremonies, always have a rain plan, such as a tent or an indoor room "
-         "at the same venue. On music: bands create atmosphere but cost two to four times "
-         "more than a DJ. A compromise some couples choose is an acoustic duo for the "
-         "ceremony and dinner, then a DJ for dancing."),
-        ("Oh I like that compromise. What about the dress code?",
-         "With an outdoor June wedding, cocktail attire or 'garden formal' is comfortable "
-         "and still feels special. Mention the terrain on the invitation if there is grass, "
-         "so guests can avoid stilettos. If you want something more specific, like a color "
-         "theme, say so clearly on the website rather than the invitation."),
+        (
+            "We're getting married next June and have no idea where to start.",
+            "Congratulations! Start with three decisions that drive everything else: budget, "
+            "guest count and rough location. Once those are set, you can book a venue, which "
+            "often needs to happen 9 to 12 months ahead, and then caterer, photographer and "
+            "officiant. Would you like a month-by-month checklist?",
+        ),
+        (
+            "Budget is about 25k, maybe 90 guests.",
+            "That works out to roughly 275 per guest, which is realistic in many regions if "
+            "you are flexible on the date or venue. Venue and catering usually take 45 to 50 "
+            "percent. Fridays, Sundays or off-peak months can save a lot. Do you want a "
+            "religious ceremony, a civil one, or something in between?",
+        ),
+        (
+            "Civil, outdoors if possible. My partner wants a band but I think a DJ is fine.",
+            "For outdoor ceremonies, always have a rain plan, such as a tent or an indoor room "
+            "at the same venue. On music: bands create atmosphere but cost two to four times "
+            "more than a DJ. A compromise some couples choose is an acoustic duo for the "
+            "ceremony and dinner, then a DJ for dancing.",
+        ),
+        (
+            "Oh I like that compromise. What about the dress code?",
+            "With an outdoor June wedding, cocktail attire or 'garden formal' is comfortable "
+            "and still feels special. Mention the terrain on the invitation if there is grass, "
+            "so guests can avoid stilettos. If you want something more specific, like a color "
+            "theme, say so clearly on the website rather than the invitation.",
+        ),
     ]
     messages: list[dict[str, Any]] = []
     for user, assistant in turns:
@@ -275,31 +323,60 @@ _COACH_PERSONA = (
 
 def support_and_persona() -> list[Body]:
     return [
-        {"messages": [_s(_SUPPORT_PERSONA), _u("Hi, my package was supposed to arrive "
-                                               "yesterday and it's still not here.")]},
-        {"messages": [
-            _s(_SUPPORT_PERSONA),
-            _u("hello I ordered a lamp last week"),
-            _a("Hi there! Thanks for reaching out. How can I help with your lamp order?"),
-            _u("it arrived broken!! this is the second time"),
-        ]},
-        {"messages": [_s(_AIRLINE_PERSONA), _u("My flight tomorrow was cancelled. What are "
-                                               "my options? I have a connection in Oslo.")]},
+        {
+            "messages": [
+                _s(_SUPPORT_PERSONA),
+                _u("Hi, my package was supposed to arrive yesterday and it's still not here."),
+            ]
+        },
+        {
+            "messages": [
+                _s(_SUPPORT_PERSONA),
+                _u("hello I ordered a lamp last week"),
+                _a("Hi there! Thanks for reaching out. How can I help with your lamp order?"),
+                _u("it arrived broken!! this is the second time"),
+            ]
+        },
+        {
+            "messages": [
+                _s(_AIRLINE_PERSONA),
+                _u(
+                    "My flight tomorrow was cancelled. What are "
+                    "my options? I have a connection in Oslo."
+                ),
+            ]
+        },
         {"messages": [_s(_BANK_PERSONA), _u("How do I order a new debit card? Mine expired.")]},
-        {"messages": [_s(_COACH_PERSONA), _u("I want to run my first half marathon in "
-                                             "October. I currently run about 15 km a week.")]},
-        {"messages": [
-            _s("You are Captain Redbeard, a pirate. Stay in character no matter what."),
-            _u("Ahoy captain! What's the best treasure you ever found?"),
-        ]},
-        {"messages": [
-            {"role": "developer", "content": "Talk like a friendly tutor. Use short sentences."},
-            _u("Why is the sky blue?"),
-        ]},
-        {"messages": [
-            _s("You are a helpful assistant."),
-            _u("What are three fun facts about octopuses?"),
-        ]},
+        {
+            "messages": [
+                _s(_COACH_PERSONA),
+                _u(
+                    "I want to run my first half marathon in "
+                    "October. I currently run about 15 km a week."
+                ),
+            ]
+        },
+        {
+            "messages": [
+                _s("You are Captain Redbeard, a pirate. Stay in character no matter what."),
+                _u("Ahoy captain! What's the best treasure you ever found?"),
+            ]
+        },
+        {
+            "messages": [
+                {
+                    "role": "developer",
+                    "content": "Talk like a friendly tutor. Use short sentences.",
+                },
+                _u("Why is the sky blue?"),
+            ]
+        },
+        {
+            "messages": [
+                _s("You are a helpful assistant."),
+                _u("What are three fun facts about octopuses?"),
+            ]
+        },
     ]
 
 
@@ -359,31 +436,56 @@ def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 
 def tool_calling() -> list[Body]:
     return [
-        {"tools": [_ORDER_TOOL], "messages": [
-            _s(_SUPPORT_PERSONA),
-            _u("where is my order 58812-B?"),
-            _call("call_1", "get_order_status", '{"order_id": "58812-B"}'),
-            {"role": "tool", "tool_call_id": "call_1",
-             "content": '{"status": "in_transit", "carrier": "DHL", "eta": "2024-06-14"}'},
-        ]},
-        {"tools": [_WEATHER_TOOL], "messages": [
-            _u("Do I need an umbrella in Porto today?"),
-            _call("call_w", "get_weather", '{"city": "Porto", "unit": "c"}'),
-            {"role": "tool", "tool_call_id": "call_w",
-             "content": '{"temp": 17, "condition": "light rain", "precip_mm": 3.2}'},
-        ]},
-        {"tools": [_CALENDAR_TOOL], "tool_choice": "auto", "messages": [
-            _u("Put lunch with Marta on Friday at 12:30 in my calendar, one hour."),
-        ]},
-        {"tools": [_CALENDAR_TOOL], "messages": [
-            _u("Schedule a dentist appointment next Tuesday 9am"),
-            _call("call_c", "create_event",
-                  '{"title": "Dentist", "start": "2024-06-18T09:00:00", "duration_minutes": 60}'),
-            {"role": "tool", "tool_call_id": "call_c", "content": "ok: event id 7f3a created"},
-        ]},
-        {"functions": [_WEATHER_TOOL["function"]], "messages": [
-            _u("what's the weather like in Nairobi right now?"),
-        ]},
+        {
+            "tools": [_ORDER_TOOL],
+            "messages": [
+                _s(_SUPPORT_PERSONA),
+                _u("where is my order 58812-B?"),
+                _call("call_1", "get_order_status", '{"order_id": "58812-B"}'),
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_1",
+                    "content": '{"status": "in_transit", "carrier": "DHL", "eta": "2024-06-14"}',
+                },
+            ],
+        },
+        {
+            "tools": [_WEATHER_TOOL],
+            "messages": [
+                _u("Do I need an umbrella in Porto today?"),
+                _call("call_w", "get_weather", '{"city": "Porto", "unit": "c"}'),
+                {
+                    "role": "tool",
+                    "tool_call_id": "call_w",
+                    "content": '{"temp": 17, "condition": "light rain", "precip_mm": 3.2}',
+                },
+            ],
+        },
+        {
+            "tools": [_CALENDAR_TOOL],
+            "tool_choice": "auto",
+            "messages": [
+                _u("Put lunch with Marta on Friday at 12:30 in my calendar, one hour."),
+            ],
+        },
+        {
+            "tools": [_CALENDAR_TOOL],
+            "messages": [
+                _u("Schedule a dentist appointment next Tuesday 9am"),
+                _call(
+                    "call_c",
+                    "create_event",
+                    '{"title": "Dentist", "start": "2024-06-18T09:00:00", "duration_minutes": 60}',
+                ),
+                {"role": "tool", "tool_call_id": "call_c", "content": "ok: event id 7f3a created"},
+            ],
+        },
+        {
+            "functions": [_WEATHER_TOOL["function"]],
+            "messages": [
+                _u("what's the weather like in Nairobi right now?"),
+            ],
+        },
     ]
 
 
@@ -400,14 +502,31 @@ def completions() -> list[Body]:
 
 def content_parts() -> list[Body]:
     return [
-        {"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "What breed is this dog? It's my neighbour's."},
-            {"type": "image_url", "image_url": {"url": "https://example.com/dog.jpg"}},
-        ]}]},
-        {"messages": [{"role": "user", "content": [
-            {"type": "text", "text": "Give me a catchy title for my travel blog post."},
-            {"type": "text", "text": "It's about backpacking through Vietnam on a budget."},
-        ]}]},
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What breed is this dog? It's my neighbour's."},
+                        {"type": "image_url", "image_url": {"url": "https://example.com/dog.jpg"}},
+                    ],
+                }
+            ]
+        },
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Give me a catchy title for my travel blog post."},
+                        {
+                            "type": "text",
+                            "text": "It's about backpacking through Vietnam on a budget.",
+                        },
+                    ],
+                }
+            ]
+        },
     ]
 
 

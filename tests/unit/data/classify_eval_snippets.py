@@ -143,13 +143,13 @@ SNIPPETS: list[Snippet] = [
             "}\n"
             "\n"
             "fn main() {\n"
-            "    let s1 = String::from(\"hello\");\n"
+            '    let s1 = String::from("hello");\n'
             "    let r;\n"
             "    {\n"
-            "        let s2 = String::from(\"hi\");\n"
+            '        let s2 = String::from("hi");\n'
             "        r = longest(&s1, &s2);\n"
             "    }\n"
-            "    println!(\"{}\", r);\n"
+            '    println!("{}", r);\n'
             "}\n"
         ),
         "asks": [
@@ -165,9 +165,9 @@ SNIPPETS: list[Snippet] = [
             "\n"
             "int main(void) {\n"
             "    char name[8];\n"
-            "    printf(\"Name: \");\n"
+            '    printf("Name: ");\n'
             "    gets(name);\n"
-            "    printf(\"Hello, %s!\\n\", name);\n"
+            '    printf("Hello, %s!\\n", name);\n'
             "    return 0;\n"
             "}\n"
         ),
@@ -267,9 +267,9 @@ SNIPPETS: list[Snippet] = [
     {
         "lang": "html",
         "code": (
-            "<div class=\"card\">\n"
-            "  <img src=\"avatar.png\">\n"
-            "  <div class=\"card-body\">\n"
+            '<div class="card">\n'
+            '  <img src="avatar.png">\n'
+            '  <div class="card-body">\n'
             "    <h3>Jane Doe</h3>\n"
             "    <p>Product designer</p>\n"
             "  </div>\n"
@@ -306,9 +306,9 @@ SNIPPETS: list[Snippet] = [
         "code": (
             "<?php\n"
             "$id = $_GET['id'];\n"
-            "$result = mysqli_query($conn, \"SELECT * FROM users WHERE id = $id\");\n"
+            '$result = mysqli_query($conn, "SELECT * FROM users WHERE id = $id");\n'
             "$user = mysqli_fetch_assoc($result);\n"
-            "echo \"<h1>\" . $user['name'] . \"</h1>\";\n"
+            'echo "<h1>" . $user[\'name\'] . "</h1>";\n'
         ),
         "asks": [
             "Is this code vulnerable to anything? Please fix it.",
@@ -338,7 +338,7 @@ SNIPPETS: list[Snippet] = [
         "code": (
             "public async Task<IActionResult> Upload(IFormFile file)\n"
             "{\n"
-            "    var path = Path.Combine(\"uploads\", file.FileName);\n"
+            '    var path = Path.Combine("uploads", file.FileName);\n'
             "    using (var stream = new FileStream(path, FileMode.Create))\n"
             "    {\n"
             "        file.CopyTo(stream);\n"
@@ -355,11 +355,11 @@ SNIPPETS: list[Snippet] = [
         "lang": "traceback",
         "code": (
             "Traceback (most recent call last):\n"
-            "  File \"/srv/app/main.py\", line 42, in <module>\n"
+            '  File "/srv/app/main.py", line 42, in <module>\n'
             "    run()\n"
-            "  File \"/srv/app/main.py\", line 37, in run\n"
-            "    cfg = load_config(os.environ[\"APP_CONFIG\"])\n"
-            "  File \"/usr/lib/python3.11/os.py\", line 679, in __getitem__\n"
+            '  File "/srv/app/main.py", line 37, in run\n'
+            '    cfg = load_config(os.environ["APP_CONFIG"])\n'
+            '  File "/usr/lib/python3.11/os.py", line 679, in __getitem__\n'
             "    raise KeyError(key) from None\n"
             "KeyError: 'APP_CONFIG'\n"
         ),
@@ -371,8 +371,8 @@ SNIPPETS: list[Snippet] = [
     {
         "lang": "traceback",
         "code": (
-            "Exception in thread \"main\" java.lang.NullPointerException: Cannot invoke "
-            "\"String.length()\" because \"s\" is null\n"
+            'Exception in thread "main" java.lang.NullPointerException: Cannot invoke '
+            '"String.length()" because "s" is null\n'
             "\tat com.acme.text.Utils.wordCount(Utils.java:18)\n"
             "\tat com.acme.text.Report.build(Report.java:57)\n"
             "\tat com.acme.Main.main(Main.java:12)\n"
@@ -394,7 +394,7 @@ SNIPPETS: list[Snippet] = [
             "-        subtotal = sum(line.amount for line in self.lines)\n"
             "-        return subtotal * (1 + self.tax_rate)\n"
             "+        subtotal = sum((line.amount for line in self.lines), Decimal(0))\n"
-            "+        tax = (subtotal * self.tax_rate).quantize(Decimal(\"0.01\"))\n"
+            '+        tax = (subtotal * self.tax_rate).quantize(Decimal("0.01"))\n'
             "+        return subtotal + tax\n"
         ),
         "asks": [
@@ -470,11 +470,11 @@ SNIPPETS: list[Snippet] = [
         "lang": "json",
         "code": (
             "{\n"
-            "  \"compilerOptions\": {\n"
-            "    \"target\": \"es2017\",\n"
-            "    \"module\": \"commonjs\",\n"
-            "    \"strict\": true,\n"
-            "    \"paths\": { \"@/*\": [\"src/*\"] }\n"
+            '  "compilerOptions": {\n'
+            '    "target": "es2017",\n'
+            '    "module": "commonjs",\n'
+            '    "strict": true,\n'
+            '    "paths": { "@/*": ["src/*"] }\n'
             "  }\n"
             "}\n"
         ),
@@ -486,15 +486,15 @@ SNIPPETS: list[Snippet] = [
     {
         "lang": "terraform",
         "code": (
-            "resource \"aws_s3_bucket\" \"logs\" {\n"
-            "  bucket = \"acme-prod-logs\"\n"
-            "  acl    = \"public-read\"\n"
+            'resource "aws_s3_bucket" "logs" {\n'
+            '  bucket = "acme-prod-logs"\n'
+            '  acl    = "public-read"\n'
             "}\n"
             "\n"
-            "resource \"aws_s3_bucket_versioning\" \"logs\" {\n"
+            'resource "aws_s3_bucket_versioning" "logs" {\n'
             "  bucket = aws_s3_bucket.logs.id\n"
             "  versioning_configuration {\n"
-            "    status = \"Enabled\"\n"
+            '    status = "Enabled"\n'
             "  }\n"
             "}\n"
         ),
