@@ -4,21 +4,41 @@ Every policy is a policy document for the same gateway code; they differ only in
 plugins and, for all-speculative / all-plain, in which backends they may use:
 
 - ``round-robin``: rotate over every backend (simple gateways);
-- ``least-loaded``: the ``load`` scorer alone (in-flight, queue, KV pressure), what the
-  public LLM routers do; class- and speculation-blind;
+- ``least-loaded``: the ``load`` scorer alone counting requests (in-flight, queue, KV
+  pressure; ``prefill_tokens_full: 0``, prompt sizes not counted), what the public LLM
+  routers do; class- and speculation-blind;
 - ``all-speculative``: least-loaded over the speculative backends only ("turn speculation
   on everywhere");
 - ``all-plain``: least-loaded over the plain backends only ("never speculate");
-- ``specroute-static``: the default specroute profile (acceptance floor; break-even,
-  acceptance and load scorers) with fixed per-pool break-even points;
-- ``specroute-learned``: the same, the break-even points learned online from measured TPOT;
-- ``specroute-balanced`` (an experiment with the same plugins, not the shipped default):
-  learned break-even used only as a cap (``plain_score: 1.0``: below it speculative and
-  plain backends score alike), the acceptance scorer as the speculative bias, and the
-  load scorer at weight 4, so plain capacity is used before speculative backends queue.
+- ``specroute-static``: the shipped default profile (``proxy/policy.py``,
+  ``policies/default.yaml``: acceptance floor; break-even, acceptance and load scorers
+  with their shipped weights and params) with fixed per-pool break-even points;
+- ``specroute-learned``: the same, the break-even points learned online from measured TPOT
+  (what ships);
+- ``specroute-balanced`` (an experiment, kept as first measured): learned break-even used
+  only as a cap (``plain_score: 1.0``: below it speculative and plain backends score
+  alike), the acceptance scorer as the speculative bias, and the load scorer at weight 4
+  counting requests only (``prefill_tokens_full: 0``), so plain capacity is used before
+  speculative backends queue.
 
-Both specroute variants start from the break-even values shipped in
-``policies/default.yaml`` (n-gram 48, EAGLE-3 64 requests per backend).
+Experiments, run only when named with ``--policies`` (not part of the default run):
+
+- ``least-loaded-prefill``: least-loaded whose load scorer also counts the prompt tokens
+  waiting for prefill (``prefill_tokens_full`` 16384): the class-blind baseline with the
+  same load signal as specroute, to tell what the speculation routing itself adds;
+- ``specroute-prefill``: ``specroute-balanced`` with the load scorer also counting pending
+  prefill (``prefill_tokens_full`` 16384), so a burst of long RAG/code prompts spreads
+  over the fleet instead of queueing for prefill on the n-gram engine;
+- ``specroute-prefill-8k``: the same with ``prefill_tokens_full`` 8192 (pending prefill
+  weighs twice as much);
+- ``specroute-prefill-load6``: ``specroute-prefill`` with the load scorer at weight 6
+  (load outweighs the acceptance bias sooner);
+- ``specroute-prefill-be2``: ``specroute-prefill`` with the break-even scorer at weight 2
+  (past break-even a speculative backend loses half as much: a softer cap).
+
+Every experiment states all of its weights and params, so it stays the same experiment
+when the shipped defaults change. All specroute variants start from the break-even values
+shipped in ``policies/default.yaml`` (n-gram 48, EAGLE-3 64 requests per backend).
 """
 
 from __future__ import annotations
@@ -35,7 +55,8 @@ FLEET: tuple[SimSpec, ...] = (
 )
 SPECULATIVE = frozenset(s.name for s in FLEET if s.method != "none")
 BREAK_EVEN = {"ngram": 48.0, "eagle3": 64.0}
-POLICIES = (
+# What a full run compares (in this order).
+DEFAULT_POLICIES = (
     "round-robin",
     "least-loaded",
     "all-speculative",
@@ -44,17 +65,41 @@ POLICIES = (
     "specroute-learned",
     "specroute-balanced",
 )
+# Experiments: run only when named.
+EXPERIMENTS = (
+    "least-loaded-prefill",
+    "specroute-prefill",
+    "specroute-prefill-8k",
+    "specroute-prefill-load6",
+    "specroute-prefill-be2",
+)
+POLICIES = DEFAULT_POLICIES + EXPERIMENTS
 # The per-phase envelope: in each phase, the best of the policies that do not learn.
-STATIC_POLICIES = POLICIES[:5]
+STATIC_POLICIES = DEFAULT_POLICIES[:5]
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
 
 
-def _least_loaded() -> dict[str, Any]:
+def _least_loaded(prefill_tokens_full: int = 0) -> dict[str, Any]:
+    load = {"type": "load", "weight": 1.0, "params": {"prefill_tokens_full": prefill_tokens_full}}
+    return {"filters": _BASIC_FILTERS, "scorers": [load], "picker": {"type": "max_score"}}
+
+
+def _scorers(
+    break_even_weight: float, plain_score: float, load_weight: float, prefill_tokens_full: int
+) -> dict[str, Any]:
+    """A specroute profile's scorers with every weight and param stated."""
+    break_even = {"plain_score": plain_score}
     return {
-        "filters": _BASIC_FILTERS,
-        "scorers": [{"type": "load", "weight": 1.0}],
-        "picker": {"type": "max_score"},
+        "scorers": [
+            {"type": "break_even", "weight": break_even_weight, "params": break_even},
+            {"type": "acceptance", "weight": 1.0},
+            {
+                "type": "load",
+                "weight": load_weight,
+                "params": {"prefill_tokens_full": prefill_tokens_full},
+            },
+        ]
     }
 
 
@@ -65,6 +110,17 @@ def _specroute(mode: str, break_even: dict[str, float]) -> dict[str, Any]:
             for pool, value in break_even.items()
         }
     }
+
+
+# (break-even weight, plain_score, load weight, prefill_tokens_full) of the specroute
+# experiments (the acceptance scorer has weight 1 in all).
+_EXPERIMENT_SCORERS: dict[str, tuple[float, float, float, int]] = {
+    "specroute-balanced": (4.0, 1.0, 4.0, 0),
+    "specroute-prefill": (4.0, 1.0, 4.0, 16384),
+    "specroute-prefill-8k": (4.0, 1.0, 4.0, 8192),
+    "specroute-prefill-load6": (4.0, 1.0, 6.0, 16384),
+    "specroute-prefill-be2": (2.0, 1.0, 4.0, 16384),
+}
 
 
 def build_policy(
@@ -95,16 +151,13 @@ def build_policy(
         policy |= {"backends": everything, **_specroute("static", break_even)}
     elif name == "specroute-learned":
         policy |= {"backends": everything, **_specroute("learned", break_even)}
-    elif name == "specroute-balanced":
-        scorers = [
-            {"type": "break_even", "weight": 4.0, "params": {"plain_score": 1.0}},
-            {"type": "acceptance", "weight": 1.0},
-            {"type": "load", "weight": 4.0},
-        ]
+    elif name == "least-loaded-prefill":
+        policy |= {"backends": everything, "routing": _least_loaded(16384)}
+    elif name in _EXPERIMENT_SCORERS:
         policy |= {
             "backends": everything,
             **_specroute("learned", break_even),
-            "routing": {"scorers": scorers},
+            "routing": _scorers(*_EXPERIMENT_SCORERS[name]),
         }
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")

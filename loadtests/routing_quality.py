@@ -34,7 +34,13 @@ from loadtests.prices import GpuPrice, resolve_price
 from loadtests.prompts import DEFAULT_MIX, PromptFactory, parse_mix
 from loadtests.report import machine, report_dir, write_json, write_outputs
 from loadtests.routing_compare import compare
-from loadtests.routing_policies import FLEET, POLICIES, SPECULATIVE, build_policy
+from loadtests.routing_policies import (
+    DEFAULT_POLICIES,
+    FLEET,
+    POLICIES,
+    SPECULATIVE,
+    build_policy,
+)
 from loadtests.routing_report import render
 from loadtests.simfleet import MODEL, SimFleet, gateway, step_lag
 from loadtests.summary import Slo, metrics_acceptance, summarize
@@ -48,7 +54,7 @@ QUICK_POLICIES = ("least-loaded", "all-plain", "specroute-learned")
 @dataclass(frozen=True, slots=True)
 class Plan:
     trace: list[Phase] = field(default_factory=lambda: parse_trace(FULL_TRACE))
-    policies: tuple[str, ...] = POLICIES
+    policies: tuple[str, ...] = DEFAULT_POLICIES
     time_scale: float = 3.0
     seed: int = 1
     mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
@@ -193,7 +199,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     args = parser.parse_args(argv)
     plan = Plan(
         trace=parse_trace(args.trace or (QUICK_TRACE if args.quick else FULL_TRACE)),
-        policies=tuple(args.policies or (QUICK_POLICIES if args.quick else POLICIES)),
+        policies=tuple(args.policies or (QUICK_POLICIES if args.quick else DEFAULT_POLICIES)),
         time_scale=args.time_scale or (2.0 if args.quick else 3.0),
         seed=args.seed,
         mix=parse_mix(args.mix),

@@ -35,6 +35,14 @@ class BackendState:
     # the last store sync (exact locally, a sync interval stale for the others).
     local_inflight: int = 0
     others_inflight: int = 0
+    # Prompt tokens (estimated from the body size, see Gateway._attempt) this replica has
+    # sent here whose first byte has not come back yet: the prefill queued ahead of a new
+    # request, which an in-flight count cannot see (a 3000-token RAG prompt counts like a
+    # 20-token chat turn). Local to this replica, not in the (Redis) store: it changes
+    # twice per request within milliseconds to a second of each other, and the request
+    # path must not wait on a store round trip for it; other replicas' prompts are seen
+    # only through their in-flight share.
+    prefill_pending: int = 0
     # Engine state scraped from /metrics.
     running: float = 0.0
     waiting: float = 0.0

@@ -227,6 +227,13 @@ class Gateway:
     ) -> _Retry | None:
         spec = backend.spec
         backend.local_inflight += 1
+        # Its prompt's prefill is pending on the backend until the first byte comes back
+        # (the load scorer counts it). Estimated as body bytes / 4: the gateway has no
+        # tokenizer (and must not spend one on the request path), ~4 bytes per token is
+        # English text in a BPE vocabulary, and the scorer only needs sizes relative to each
+        # other (the JSON framing of a short chat turn is noise next to a long prompt).
+        prefill = len(parsed.raw) // 4
+        backend.prefill_pending += prefill
         outcome = Outcome(
             backend=backend.name,
             pool=spec.pool,
@@ -297,6 +304,10 @@ class Gateway:
                         code="upstream_unreachable",
                     )
                 )
+            # The first byte (a streamed response's first chunk, or the whole of a unary
+            # one) or the end of the stream: the prompt is no longer waiting for prefill.
+            backend.prefill_pending -= prefill
+            prefill = 0
             if parsed.stream and upstream.status == 200 and not first:
                 backend.mark_failure(
                     "closed before first byte", self.settings.health_failures_to_eject
@@ -330,6 +341,8 @@ class Gateway:
             return None
         finally:
             backend.local_inflight -= 1
+            if prefill:  # no first byte: failed, timed out, retried, client gone
+                backend.prefill_pending -= prefill
             if upstream is not None and outcome.finished == 0.0:
                 await upstream.abort()
             if outcome.finished == 0.0:
@@ -404,6 +417,7 @@ class Gateway:
                     "last_error": b.last_error,
                     "inflight": b.inflight,
                     "local_inflight": b.local_inflight,
+                    "prefill_pending": b.prefill_pending,
                     "running": b.running,
                     "waiting": b.waiting,
                     "kv_usage": b.kv_usage,

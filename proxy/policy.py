@@ -81,10 +81,15 @@ def _default_filters() -> list[PluginSpec]:
 
 
 def _default_scorers() -> list[PluginSpec]:
+    # Break-even as a cap (a plain backend scores what a speculative one below break-even
+    # does), the acceptance scorer as the bias towards speculation that pays for the class,
+    # and load (counting prompt tokens pending prefill) weighed so that a backend's bias is
+    # spent in tens of requests or a few long prompts: the best of the routing-quality
+    # benchmark's variants (loadtests/routing_policies.py, report in loadtests/reports/).
     return [
-        PluginSpec(type="break_even", weight=4.0),
+        PluginSpec(type="break_even", weight=4.0, params={"plain_score": 1.0}),
         PluginSpec(type="acceptance", weight=1.0),
-        PluginSpec(type="load", weight=1.0),
+        PluginSpec(type="load", weight=4.0, params={"prefill_tokens_full": 16384}),
     ]
 
 

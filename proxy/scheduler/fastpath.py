@@ -17,7 +17,7 @@ a call per backend and plugin is the cost being removed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proxy.fleet import BackendState
 from proxy.scheduler.base import Filter, SchedulingContext, Scorer
@@ -41,6 +41,11 @@ _FILTERS = (
 )
 
 
+# (backend, name, pool, speculative, concurrency limit, weight, acceptance slope and
+# intercept, weighted acceptance score at the policy's prior for the class or None).
+_Row = tuple[BackendState, str, str, bool, int, float, float, float, "float | None"]
+
+
 @dataclass(slots=True)
 class FusedProfile:
     """Which built-in filters are on, and each built-in scorer's weight (0: absent)."""
@@ -56,6 +61,11 @@ class FusedProfile:
     acceptance_weight: float
     load: LoadScorer | None
     load_weight: float
+    # Per (model or None, class): each backend with what the pass needs of it that only a
+    # policy change can change (see ``_rows_for``), valid while ``_generation`` is the
+    # fleet's current ``by_model`` (Fleet.apply_policy builds a new one).
+    _rows: dict[tuple[str | None, str], list[_Row]] = field(default_factory=dict)
+    _generation: object = None
 
     @classmethod
     def compile(
@@ -104,50 +114,81 @@ class FusedProfile:
         if ctx.extras.get("canary") is not None:
             return None  # a canary may split traffic: its filter decides per request
         request = ctx.request
-        fleet = ctx.fleet
-        if self.model:
-            backends: list[BackendState] = fleet.by_model.get(request.model) or []
-        else:
-            backends = list(fleet.backends.values())
-        below = ctx.acceptance.below.get(request.label) if self.floor else None
-        kept, totals, only_soft_left, under_floor = self._pass(ctx, backends, below or None)
+        label = request.label
+        rows = self._rows_for(ctx, request.model if self.model else None, label)
+        below = ctx.acceptance.below.get(label) if self.floor else None
+        kept, totals, only_soft_left, under = self._pass(ctx, rows, below or None)
         if not kept:
             # Only the soft filters stood between the request and a backend: the pipeline
             # skips a soft filter that would leave nothing.
             return None if only_soft_left else (kept, totals)
-        if not under_floor:
+        if not under:
             return kept, totals
-        # Backends under the acceptance floor were kept unscored (NaN): as in
-        # AcceptanceFloorFilter, each is either the probe or avoided, unless that would
-        # leave nothing (a soft filter is then ignored).
-        label = request.label
+        # Backends under the acceptance floor were kept unscored (NaN; ``under`` holds
+        # their positions and rows): as in AcceptanceFloorFilter, each is either the probe
+        # or avoided, unless that would leave nothing (a soft filter is then ignored).
         tracker = ctx.acceptance
         notes = ctx.notes
-        under = [b for b, t in zip(kept, totals, strict=True) if t != t]
-        probe: BackendState | None = None
-        for backend in under:
-            name = backend.name
+        probe: _Row | None = None
+        probe_at = -1
+        for at, row in under:
+            name = row[1]
             if probe is None and ctx.forced is None and tracker.take_probe(name, label):
                 notes[name] = "acceptance probe"
                 ctx.forced = name
-                probe = backend
+                probe, probe_at = row, at
             else:
                 notes[name] = "acceptance below floor"
         if probe is None and len(under) == len(kept):
-            return kept, self._pass(ctx, kept, None)[1]
-        probe_total = self._pass(ctx, [probe], None)[1][0] if probe is not None else 0.0
-        pairs = [
-            (b, t if t == t else probe_total)
-            for b, t in zip(kept, totals, strict=True)
-            if t == t or b is probe
-        ]
-        return [b for b, _ in pairs], [t for _, t in pairs]
+            return kept, self._pass(ctx, [row for _, row in under], None)[1]
+        if probe is not None:
+            totals[probe_at] = self._pass(ctx, [probe], None)[1][0]
+        for at, _ in reversed(under):
+            if at != probe_at:
+                del kept[at], totals[at]
+        return kept, totals
+
+    def _rows_for(self, ctx: SchedulingContext, model: str | None, label: str) -> list[_Row]:
+        """The backends to consider (of ``model``, or all), each with its policy-derived
+        constants for this class: attribute and dict lookups the pass would otherwise
+        repeat for every backend of every request."""
+        fleet = ctx.fleet
+        if self._generation is not fleet.by_model:
+            self._rows.clear()
+            self._generation = fleet.by_model
+        key = (model, label)
+        rows = self._rows.get(key)
+        if rows is not None:
+            return rows
+        if model is not None:
+            backends: list[BackendState] = fleet.by_model.get(model) or []
+        else:
+            backends = list(fleet.backends.values())
+        acc = self.acceptance
+        priors = ctx.policy.acceptance.priors
+        rows = []
+        for b in backends:
+            slope = intercept = 0.0
+            at_prior: float | None = None
+            if b.speculative and acc is not None:
+                _, slope, intercept = acc.line(b)
+                prior = (priors.get(b.method) or {}).get(label)
+                if prior is not None:
+                    gain = slope * prior + intercept
+                    at_prior = self.acceptance_weight * min(max(gain, 0.0), 1.0)
+            limit = b.max_concurrency
+            rows.append(
+                (b, b.name, b.pool, b.speculative, limit, b.weight, slope, intercept, at_prior)
+            )
+        self._rows[key] = rows
+        return rows
 
     def _pass(
-        self, ctx: SchedulingContext, backends: list[BackendState], below: set[str] | None
-    ) -> tuple[list[BackendState], list[float], bool, bool]:
-        """Filters and scorers in one pass: (kept, totals, only soft filters left anything,
-        some kept backends are under the floor and unscored)."""
+        self, ctx: SchedulingContext, rows: list[_Row], below: set[str] | None
+    ) -> tuple[list[BackendState], list[float], bool, list[tuple[int, _Row]]]:
+        """Filters and scorers in one pass: (kept, totals, whether only soft filters left
+        anything, the positions in ``kept`` and rows of those under the acceptance floor,
+        kept unscored)."""
         request = ctx.request
         healthy = self.healthy
         exclude = request.exclude if healthy else frozenset()
@@ -159,42 +200,43 @@ class FusedProfile:
         plain_total = w_be * be.plain_score if be is not None else 0.0
         model = ctx.break_even
         bands = model.bands
-        # Acceptance: expected speed-up from measured acceptance or the prior.
-        acc = self.acceptance
+        # Acceptance: expected speed-up from measured acceptance, else the class's prior
+        # (folded into the row), else the backend's window, else 0.5.
+        acc = self.acceptance is not None
         w_acc = self.acceptance_weight
-        label = request.label
-        measured = ctx.acceptance.usable.get(label) or {}
-        priors = ctx.policy.acceptance.priors
-        shapes = acc.shapes if acc is not None else {}
-        # Load: in-flight against the limit, KV pressure, queue.
+        measured: dict[str, float] = ctx.acceptance.usable.get(request.label) or {}
+        # Load: in-flight against the limit, KV pressure, pending prefill, queue.
         load_scorer = self.load
         w_load = self.load_weight
         penalty = load_scorer.waiting_penalty if load_scorer is not None else 0.0
+        per_token = load_scorer.per_prefill_token if load_scorer is not None else 0.0
         weighted = ctx.fleet.weighted
         kept: list[BackendState] = []
         keep = kept.append
         totals: list[float] = []
         append = totals.append
-        only_soft_left = under_floor = False
-        for b in backends:
-            if healthy and (not b.healthy or (exclude and b.name in exclude)):
+        only_soft_left = False
+        under: list[tuple[int, _Row]] = []
+        for row in rows:
+            b, name, pool, speculative, limit, weight, slope, intercept, at_prior = row
+            if healthy and (not b.healthy or (exclude and name in exclude)):
                 continue
             inflight = b.local_inflight + b.others_inflight
-            if capacity and inflight >= b.max_concurrency:
+            if capacity and inflight >= limit:
                 continue
             if quarantine and b.quarantined is not None:
                 only_soft_left = True
                 continue
             keep(b)
-            if below is not None and b.name in below:
-                under_floor = True
+            if below is not None and name in below:
+                under.append((len(totals), row))
                 append(math.nan)
                 continue
             total = 0.0
-            if b.speculative:
+            if speculative:
                 if be is not None:
-                    band = bands.get(b.pool)
-                    off_at, on_at = band if band is not None else model.band(b.pool)
+                    band = bands.get(pool)
+                    off_at, on_at = band if band is not None else model.band(pool)
                     if b.spec_on:
                         if inflight >= off_at:
                             b.spec_on = False
@@ -202,26 +244,27 @@ class FusedProfile:
                         b.spec_on = True
                     if b.spec_on:
                         total = w_be
-                if acc is not None:
-                    shape = shapes.get(b.name)
-                    if shape is None or shape[0] is not b.spec:
-                        shape = acc.line(b)
-                    a = measured.get(b.name)
-                    if a is None:
-                        by_class = priors.get(b.method)
-                        a = by_class.get(label) if by_class is not None else None
-                        if a is None:
-                            a = b.window_acceptance if b.window_acceptance is not None else 0.5
-                    gain = shape[1] * a + shape[2]
-                    total += w_acc * (0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain)
+                if acc:
+                    a = measured.get(name)
+                    if a is not None:
+                        gain = slope * a + intercept
+                        total += w_acc * (0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain)
+                    elif at_prior is not None:
+                        total += at_prior
+                    else:
+                        a = b.window_acceptance
+                        gain = slope * (0.5 if a is None else a) + intercept
+                        total += w_acc * (0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain)
             elif be is not None:
                 total = plain_total
             if load_scorer is not None:
-                util = inflight / b.max_concurrency
+                util = inflight / limit
                 if b.kv_usage > util:
                     util = b.kv_usage
+                if b.prefill_pending:
+                    util += per_token * b.prefill_pending
                 if b.waiting:
                     util += penalty * b.waiting
                 total += w_load * (0.0 if util >= 1.0 else 1.0 - util)
-            append(total * b.weight if weighted else total)
-        return kept, totals, only_soft_left, under_floor
+            append(total * weight if weighted else total)
+        return kept, totals, only_soft_left, under

@@ -3,6 +3,7 @@ disconnects, timeouts. Nothing may be lost silently and nothing may hang."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,12 +40,17 @@ def events(raw: bytes) -> list[bytes]:
 
 def test_5xx_before_first_byte_is_retried_elsewhere(tmp_path: Path, healthy: SimServer) -> None:
     with run_sim_in_thread(SimConfig(faults=Faults(error_rate=1.0))) as failing:
-        backends = [sim_backend("failing", failing.url, "plain"), sim_backend("ok", healthy.url, "plain")]
+        backends = [
+            sim_backend("failing", failing.url, "plain"),
+            sim_backend("ok", healthy.url, "plain"),
+        ]
         with gateway(tmp_path, backends) as gw:
             client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
             served = set()
             for _ in range(12):
-                raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=CHAT, max_tokens=4)
+                raw = client.chat.completions.with_raw_response.create(
+                    model=MODEL, messages=CHAT, max_tokens=4
+                )
                 served.add(raw.headers["x-specroute-backend"])
             assert served == {"ok"}
             text = httpx.get(gw.url + "/metrics").text
@@ -56,7 +62,9 @@ def test_all_backends_failing_keeps_upstream_status_and_message(tmp_path: Path) 
         run_sim_in_thread(SimConfig(faults=Faults(error_rate=1.0, error_status=503))) as failing,
         gateway(tmp_path, [sim_backend("failing", failing.url, "plain")]) as gw,
     ):
-        resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10)
+        resp = httpx.post(
+            gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10
+        )
         assert resp.status_code == 503
         assert resp.json()["error"]["message"]
 
@@ -65,20 +73,32 @@ def test_no_healthy_backend_is_503_and_not_ready(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with gateway(tmp_path, [sim_backend("dead", dead, "plain")]) as gw:
         assert httpx.get(gw.url + "/ready").status_code == 503
-        resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10)
+        resp = httpx.post(
+            gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT}, timeout=10
+        )
         assert resp.status_code == 503
         assert resp.json()["error"]["code"] == "no_healthy_backend"
         with pytest.raises(openai.InternalServerError):
-            openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0).chat.completions.create(model=MODEL, messages=CHAT)
+            openai.OpenAI(
+                base_url=gw.url + "/v1", api_key="x", max_retries=0
+            ).chat.completions.create(model=MODEL, messages=CHAT)
 
 
-def test_connection_refused_is_retried_and_backend_ejected(tmp_path: Path, healthy: SimServer) -> None:
+def test_connection_refused_is_retried_and_backend_ejected(
+    tmp_path: Path, healthy: SimServer
+) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     backends = [sim_backend("dead", dead, "plain"), sim_backend("ok", healthy.url, "plain")]
     with gateway(tmp_path, backends, scrape_interval_s=30) as gw:
-        gw.call(lambda: setattr(gw.gateway.fleet.backends["dead"], "healthy", True))  # as if it just died
+        gw.call(
+            lambda: setattr(gw.gateway.fleet.backends["dead"], "healthy", True)
+        )  # as if it just died
         for _ in range(6):
-            resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT, "max_tokens": 3}, timeout=10)
+            resp = httpx.post(
+                gw.url + "/v1/chat/completions",
+                json={"model": MODEL, "messages": CHAT, "max_tokens": 3},
+                timeout=10,
+            )
             assert resp.status_code == 200
             assert resp.headers["x-specroute-backend"] == "ok"
         assert gw.call(lambda: gw.gateway.fleet.backends["dead"].healthy) is False
@@ -97,14 +117,20 @@ def test_backend_dying_mid_stream_ends_with_an_error_event(tmp_path: Path) -> No
         assert error["code"] in {"upstream_stream_broken", "upstream_stream_truncated"}
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
         with pytest.raises(openai.APIError):
-            for _ in client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, stream=True):
+            for _ in client.chat.completions.create(
+                model=MODEL, messages=CHAT, max_tokens=40, stream=True
+            ):
                 pass
 
 
 def test_stalled_backend_hits_the_idle_timeout(tmp_path: Path) -> None:
     with (
-        run_sim_in_thread(SimConfig(faults=Faults(stall_ms=5000, stall_after_tokens=2))) as stalling,
-        gateway(tmp_path, [sim_backend("stalling", stalling.url, "plain")], idle_timeout_s=0.5) as gw,
+        run_sim_in_thread(
+            SimConfig(faults=Faults(stall_ms=5000, stall_after_tokens=2))
+        ) as stalling,
+        gateway(
+            tmp_path, [sim_backend("stalling", stalling.url, "plain")], idle_timeout_s=0.5
+        ) as gw,
     ):
         started = time.monotonic()
         body = {"model": MODEL, "messages": CHAT, "max_tokens": 30, "stream": True}
@@ -123,7 +149,11 @@ def test_slow_first_byte_is_retried_on_another_backend(tmp_path: Path, healthy: 
         backends = [sim_backend("slow", slow.url, "plain"), sim_backend("ok", healthy.url, "plain")]
         with gateway(tmp_path, backends, first_byte_timeout_s=0.5) as gw:
             for _ in range(4):
-                resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": CHAT, "max_tokens": 3, "stream": True}, timeout=10)
+                resp = httpx.post(
+                    gw.url + "/v1/chat/completions",
+                    json={"model": MODEL, "messages": CHAT, "max_tokens": 3, "stream": True},
+                    timeout=10,
+                )
                 assert resp.status_code == 200
                 assert resp.headers["x-specroute-backend"] == "ok"
 
@@ -138,13 +168,14 @@ def test_client_disconnect_frees_the_backend_slot(tmp_path: Path) -> None:
             for _ in resp.iter_raw():
                 break  # read a little, then hang up while the backend is stalled
         deadline = time.monotonic() + 5
-        while (sim.engine.num_running or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)) and time.monotonic() < deadline:
+        while (
+            sim.engine.num_running or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)
+        ) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sim.engine.num_running == 0
         assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
         text = httpx.get(gw.url + "/metrics").text
         assert 'result="client_gone"' in text
-
 
 
 def test_client_leaving_before_the_first_byte_frees_the_slot(tmp_path: Path) -> None:
@@ -154,11 +185,125 @@ def test_client_leaving_before_the_first_byte_frees_the_slot(tmp_path: Path) -> 
     ):
         body = {"model": MODEL, "messages": CHAT, "max_tokens": 50, "stream": True}
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5))
+            httpx.post(
+                gw.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.5)
+            )
         started = time.monotonic()
-        while (sim.engine.num_running or sim.engine.num_waiting or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)) and time.monotonic() - started < 5:
+        while (
+            sim.engine.num_running
+            or sim.engine.num_waiting
+            or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)
+        ) and time.monotonic() - started < 5:
             time.sleep(0.05)
         assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
         assert sim.engine.num_running == 0
         assert time.monotonic() - started < 5
         assert 'result="client_gone"' in httpx.get(gw.url + "/metrics").text
+
+
+def test_prefill_pending_is_counted_until_the_first_byte(tmp_path: Path) -> None:
+    held = Faults(ttft_delay_ms=800, stall_ms=1500, stall_after_tokens=2)
+    with (
+        run_sim_in_thread(SimConfig(faults=held)) as slow,
+        gateway(tmp_path, [sim_backend("slow", slow.url, "plain")]) as gw,
+    ):
+        backend = gw.gateway.fleet.backends["slow"]
+        raw = orjson.dumps({"model": MODEL, "messages": CHAT, "max_tokens": 6, "stream": True})
+        first_chunk, finish = threading.Event(), threading.Event()
+
+        def client() -> None:
+            headers = {"content-type": "application/json"}
+            with httpx.stream(
+                "POST", gw.url + "/v1/chat/completions", content=raw, headers=headers, timeout=10
+            ) as resp:
+                chunks = resp.iter_raw()
+                next(chunks)
+                first_chunk.set()
+                finish.wait(10)
+                for _ in chunks:
+                    pass
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        try:
+            # While the backend holds the first token, the prompt's estimate is pending...
+            gw.wait_for(lambda: backend.prefill_pending > 0, what="prefill counted")
+            assert gw.call(lambda: (backend.prefill_pending, backend.local_inflight)) == (
+                len(raw) // 4,
+                1,
+            )
+            # ...and released with the first chunk, though the stream is still open (stalled).
+            assert first_chunk.wait(10)
+            assert gw.call(lambda: (backend.prefill_pending, backend.local_inflight)) == (0, 1)
+        finally:
+            finish.set()
+            thread.join(15)
+        # Not streamed: released with the (whole) answer.
+        resp = httpx.post(
+            gw.url + "/v1/chat/completions",
+            json={"model": MODEL, "messages": CHAT, "max_tokens": 3},
+            timeout=10,
+        )
+        assert resp.status_code == 200
+        gw.wait_for(lambda: backend.local_inflight == 0, what="request ended")
+        assert gw.call(lambda: backend.prefill_pending) == 0
+
+
+def test_prefill_pending_is_released_on_every_failure_path(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with (
+        run_sim_in_thread(SimConfig(faults=Faults(ttft_delay_ms=1500))) as slow,
+        run_sim_in_thread(SimConfig(faults=Faults(error_rate=1.0))) as failing,
+        run_sim_in_thread(SimConfig()) as ok,
+    ):
+        # "ok" weighs little: whichever other backend is eligible is tried first.
+        backends = [
+            sim_backend("slow", slow.url, "plain"),
+            sim_backend("failing", failing.url, "plain"),
+            sim_backend("dead", dead, "plain"),
+            sim_backend("ok", ok.url, "plain", weight=0.1),
+        ]
+        with gateway(tmp_path, backends, first_byte_timeout_s=0.5, scrape_interval_s=30) as gw:
+            fleet = gw.gateway.fleet.backends
+            gw.wait_for(lambda: all(b.checked for b in fleet.values()), what="first health check")
+
+            def only(*names: str) -> None:
+                def mark() -> None:
+                    for name, b in fleet.items():
+                        b.healthy = name in names
+                        b.consecutive_failures = 0
+
+                gw.call(mark)
+
+            body = {"model": MODEL, "messages": CHAT, "max_tokens": 4, "stream": True}
+            # A 5xx, a refused connection, a first-byte timeout: each retried on "ok".
+            for broken, code in (
+                ("failing", "upstream_error"),
+                ("dead", "upstream_unreachable"),
+                ("slow", "upstream_timeout"),
+            ):
+                only(broken, "ok")
+                resp = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10)
+                assert resp.status_code == 200
+                assert resp.headers["x-specroute-backend"] == "ok"
+                assert (
+                    f'specroute_retries_total{{backend="{broken}",kind="{code}"}}'
+                    in httpx.get(gw.url + "/metrics").text
+                )
+            # The client hanging up before the first byte.
+            only("slow")
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(
+                    gw.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(10, read=0.15)
+                )
+            gw.wait_for(
+                lambda: not any(b.local_inflight for b in fleet.values()),
+                what="every attempt ended",
+            )
+            assert gw.call(lambda: {n: b.prefill_pending for n, b in fleet.items()}) == {
+                "slow": 0,
+                "failing": 0,
+                "dead": 0,
+                "ok": 0,
+            }
+            assert 'result="client_gone"' in httpx.get(gw.url + "/metrics").text

@@ -20,11 +20,23 @@ MODEL = "sim-llama-8b"
 CHAT = [{"role": "user", "content": "How was your weekend? Anything fun planned for the holidays?"}]
 CODE = [
     {"role": "system", "content": "You are a senior Python engineer."},
-    {"role": "user", "content": "Fix the bug:\n```python\ndef mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs) + 1\n```"},
+    {
+        "role": "user",
+        "content": "Fix the bug:\n```python\ndef mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs) + 1\n```",
+    },
 ]
 RAG = [
     {"role": "system", "content": "Answer using only the provided context. Cite sources."},
-    {"role": "user", "content": "Context:\n[1] " + "The lighthouse at Cape Point was built in 1860 and moved in 1919 because fog hid the light. " * 12 + "\n[2] " + "Its beam reaches 63 kilometres on a clear night and is the most powerful on the coast. " * 10 + "\n\nQuestion: Why was the lighthouse moved?"},
+    {
+        "role": "user",
+        "content": "Context:\n[1] "
+        + "The lighthouse at Cape Point was built in 1860 and moved in 1919 because fog hid the light. "
+        * 12
+        + "\n[2] "
+        + "Its beam reaches 63 kilometres on a clear night and is the most powerful on the coast. "
+        * 10
+        + "\n\nQuestion: Why was the lighthouse moved?",
+    },
 ]
 
 
@@ -49,28 +61,50 @@ def fleet_policy(sims: dict[str, SimServer], **sections: Any) -> dict[str, Any]:
     }
 
 
-def post(gw: GatewayHandle, messages: list[dict[str, str]], max_tokens: int = 8, **extra: Any) -> httpx.Response:
+def post(
+    gw: GatewayHandle, messages: list[dict[str, str]], max_tokens: int = 8, **extra: Any
+) -> httpx.Response:
     body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, **extra}
     resp = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=30)
     assert resp.status_code == 200, resp.text
     return resp
 
 
-def test_prompt_class_routes_to_the_method_that_pays(sims: dict[str, SimServer], tmp_path: Path) -> None:
+def test_prompt_class_routes_to_the_method_that_pays(
+    sims: dict[str, SimServer], tmp_path: Path
+) -> None:
     path = write_policy(tmp_path / "p.yaml", fleet_policy(sims))
     with run_gateway(Settings(policy_path=path, port=0)) as gw:
-        for messages, label, backend in ((CODE, "code", "ngram-0"), (RAG, "rag", "ngram-0"), (CHAT, "chat", "eagle-0")):
+        for messages, label, backend in (
+            (CODE, "code", "ngram-0"),
+            (RAG, "rag", "ngram-0"),
+            (CHAT, "chat", "eagle-0"),
+        ):
             for _ in range(3):
                 resp = post(gw, messages)
                 assert resp.headers["x-specroute-class"] == label
                 assert resp.headers["x-specroute-backend"] == backend
 
 
-def test_load_past_break_even_moves_to_plain_without_flapping(sims: dict[str, SimServer], tmp_path: Path) -> None:
-    policy = fleet_policy(sims, pools={"eagle3": {"break_even": {"concurrency": 8, "hysteresis": 0.25}},
-                                       "ngram": {"break_even": {"concurrency": 8, "hysteresis": 0.25}}})
+def test_load_past_break_even_moves_to_plain_without_flapping(
+    sims: dict[str, SimServer], tmp_path: Path
+) -> None:
+    policy = fleet_policy(
+        sims,
+        pools={
+            "eagle3": {"break_even": {"concurrency": 8, "hysteresis": 0.25}},
+            "ngram": {"break_even": {"concurrency": 8, "hysteresis": 0.25}},
+        },
+    )
     path = write_policy(tmp_path / "p.yaml", policy)
-    with run_gateway(Settings(policy_path=path, port=0)) as gw:
+    # One scrape, at start (idle): a scrape in the middle of the load phase may catch the
+    # engine with the newest request still queued, and the load scorer would then count
+    # that stale `waiting` (0.05 x weight 4, like ~13 requests in flight) until the next
+    # scrape; this test is about in-flight counts against break-even.
+    with run_gateway(Settings(policy_path=path, port=0, scrape_interval_s=30)) as gw:
+        gw.wait_for(
+            lambda: all(b.healthy for b in gw.gateway.fleet.backends.values()), what="health"
+        )
         assert post(gw, CHAT).headers["x-specroute-backend"] == "eagle-0"  # idle: speculate
 
         async def load_phase() -> list[str]:
@@ -90,20 +124,34 @@ def test_load_past_break_even_moves_to_plain_without_flapping(sims: dict[str, Si
 
         order = asyncio.run(load_phase())
         counts = Counter(order)
-        # The EAGLE backend takes chat until its in-flight load reaches 8 * 1.25 = 10, then
-        # new arrivals go to plain (n-gram is avoided for chat only by score, and is also
-        # limited by its own break-even).
+        # The EAGLE backend takes chat until its in-flight load reaches 8 * 1.25 = 10: below
+        # break-even its head start for chat (acceptance score ~0.29) outweighs ~18 more
+        # requests in flight than plain (load weight 4 / 256 each), so it is the break-even
+        # cap, not load, that stops it. Then n-gram (a small head start for chat, ~0.1) and
+        # plain share the arrivals until n-gram's own break-even stops it at 10 too.
         assert counts["eagle-0"] == 10, order
+        assert counts["ngram-0"] <= 10, order
         assert counts["plain-0"] >= 20, order
         # No flapping: once off, the EAGLE backend gets nothing while it is still loaded.
         first_off = order.index("plain-0")
         assert "eagle-0" not in order[first_off:], order
 
 
-def test_acceptance_collapse_moves_traffic_and_recovery_brings_it_back(sims: dict[str, SimServer], tmp_path: Path) -> None:
-    policy = fleet_policy(sims, acceptance={"min_samples": 3, "recent": 4, "floor": 0.3, "probe_every": 5})
+def test_acceptance_collapse_moves_traffic_and_recovery_brings_it_back(
+    sims: dict[str, SimServer], tmp_path: Path
+) -> None:
+    policy = fleet_policy(
+        sims, acceptance={"min_samples": 3, "recent": 4, "floor": 0.3, "probe_every": 5}
+    )
     path = write_policy(tmp_path / "p.yaml", policy)
-    with run_gateway(Settings(policy_path=path, port=0)) as gw:
+    # One scrape, at start, as in the break-even test: on a busy machine a later scrape can
+    # catch a request still queued on n-gram, and that stale `waiting` (0.2 at load weight
+    # 4) outweighs its head start for code over EAGLE until the next scrape. This test is
+    # about the per-request acceptance floor and its probes.
+    with run_gateway(Settings(policy_path=path, port=0, scrape_interval_s=30)) as gw:
+        gw.wait_for(
+            lambda: all(b.healthy for b in gw.gateway.fleet.backends.values()), what="health"
+        )
         warm = [post(gw, CODE, 32).headers["x-specroute-backend"] for _ in range(6)]
         assert warm == ["ngram-0"] * 6
         httpx.post(sims["ngram"].url + "/admin/faults", json={"acceptance": 0.0}).raise_for_status()
@@ -116,6 +164,8 @@ def test_acceptance_collapse_moves_traffic_and_recovery_brings_it_back(sims: dic
         recovered = [post(gw, CODE, 32).headers["x-specroute-backend"] for _ in range(15)]
         back_at = recovered.index("ngram-0")
         assert back_at < 6, recovered  # the next probe finds it healthy...
-        assert recovered[back_at:].count("ngram-0") >= len(recovered[back_at:]) - 1, recovered  # ...and traffic returns
+        assert recovered[back_at:].count("ngram-0") >= len(recovered[back_at:]) - 1, (
+            recovered
+        )  # ...and traffic returns
         report = httpx.get(gw.url + "/admin/fleet").json()["acceptance"]
         assert any(r["backend"] == "ngram-0" and r["class"] == "code" for r in report)

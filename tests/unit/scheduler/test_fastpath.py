@@ -15,7 +15,12 @@ from proxy.scheduler.base import RequestInfo
 from proxy.scheduler.scheduler import Decision, Scheduler
 from tests.unit.policy_helpers import backend, make_policy
 
-METHODS = [("plain", "none", 0), ("ngram", "ngram", 4), ("eagle3", "eagle3", 3), ("draft", "draft_model", 2)]
+METHODS = [
+    ("plain", "none", 0),
+    ("ngram", "ngram", 4),
+    ("eagle3", "eagle3", 3),
+    ("draft", "draft_model", 2),
+]
 
 
 def fleet_policy(rng: random.Random, routing: dict[str, Any] | None = None) -> Policy:
@@ -61,6 +66,7 @@ def randomize(rng: random.Random, s: Scheduler) -> None:
         b.others_inflight = rng.randint(0, 80)
         b.kv_usage = rng.random() * 0.5
         b.waiting = rng.choice([0, 0, 0, 2])
+        b.prefill_pending = rng.choice([0, 0, 500, 20000])
         b.window_acceptance = rng.choice([None, 0.1, 0.7])
         if b.speculative and rng.random() < 0.3:
             # Often collapsed, so floors, probes and recoveries all happen.
@@ -139,5 +145,7 @@ def test_profiles_the_fused_pass_does_not_cover_use_the_pipeline() -> None:
     no_fast_picker = {"picker": {"type": "round_robin"}}
     for routing in (custom, twice, floor_first, no_fast_picker):
         policy = make_policy(backend("p", "plain"), routing=routing)
-        s = Scheduler(policy, Fleet(policy), AcceptanceTracker(policy.acceptance), BreakEvenModel(policy))
+        s = Scheduler(
+            policy, Fleet(policy), AcceptanceTracker(policy.acceptance), BreakEvenModel(policy)
+        )
         assert s._profile.fused is None, routing

@@ -33,7 +33,12 @@ def test_prompt_class_picks_the_method_that_pays() -> None:
 
 
 def test_load_past_break_even_goes_plain() -> None:
-    policy = mixed_fleet(pools={"ngram": {"break_even": {"concurrency": 8}}, "eagle3": {"break_even": {"concurrency": 8}}})
+    policy = mixed_fleet(
+        pools={
+            "ngram": {"break_even": {"concurrency": 8}},
+            "eagle3": {"break_even": {"concurrency": 8}},
+        }
+    )
     s = build(policy)
     s.fleet.backends["ngram-0"].others_inflight = 20
     s.fleet.backends["eagle-0"].others_inflight = 20
@@ -96,7 +101,9 @@ def test_import_string_plugins_and_bad_types() -> None:
     with pytest.raises(PluginError):
         Scheduler.build_profile(mixed_fleet(routing={"scorers": [{"type": "nope"}]}))
     with pytest.raises(PluginError, match="bad params"):
-        Scheduler.build_profile(mixed_fleet(routing={"scorers": [{"type": "load", "params": {"typo": 1}}]}))
+        Scheduler.build_profile(
+            mixed_fleet(routing={"scorers": [{"type": "load", "params": {"typo": 1}}]})
+        )
 
 
 def test_batch_scoring_equals_per_backend_scoring() -> None:
@@ -115,6 +122,8 @@ def test_batch_scoring_equals_per_backend_scoring() -> None:
         s.acceptance.observe("ngram-0", "code", rng.uniform(0, 4), 4)
     backends = list(s.fleet.backends.values())
     for label in ("code", "chat", "rag"):
-        ctx = SchedulingContext(RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even)
+        ctx = SchedulingContext(
+            RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even
+        )
         for scorer in (BreakEvenScorer(), AcceptanceScorer(), LoadScorer()):
             assert scorer.score_all(ctx, backends) == [scorer.score(ctx, b) for b in backends]
