@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import acceptance_collapse, break_even, load, routing_quality, shadow_overhead
+from loadtests import (
+    acceptance_collapse,
+    break_even,
+    decision_time,
+    load,
+    routing_quality,
+    shadow_overhead,
+)
 from loadtests.break_even_report import render as render_break_even
 from loadtests.prompts import PromptFactory
 from loadtests.routing_report import render as render_routing
@@ -169,7 +176,13 @@ async def test_acceptance_collapse_moves_traffic_off_the_collapsed_head(tmp_path
         # The fault took effect: what the collapsed backend served afterwards drafted in vain.
         if run["collapsed_acceptance_after"] is not None:
             assert run["collapsed_acceptance_after"] < 0.05
-    assert floor["exposure"]["moved_off"]
+    # The floor judges each prompt class on its own requests. Chat, the class the EAGLE
+    # engine serves, moves off at once. Code and RAG reach it only as overflow while the
+    # n-gram engine is busy prefilling (the load scorer counts pending prompt tokens), a
+    # request now and then until enough of their own were measured there: each class sees
+    # at most `recent` (8) requests on the collapsed head, then only probes.
+    assert floor["exposure_by_class"]["chat"]["moved_off"]
+    assert all(e["requests"] <= 8 for e in floor["exposure_by_class"].values())
     assert floor["exposure"]["requests"] <= 25
     assert open_["exposure"]["probes"] == 0  # no floor filter, no probes
     assert set(floor["exposure_by_class"]) == {"chat", "code", "rag"}
@@ -194,3 +207,17 @@ async def test_shadow_overhead_keeps_the_queue_bounded_under_overload(tmp_path: 
     assert on["dropped"] > 0  # far more samples than 4 replay workers verify
     assert on["queue_depth_max"] <= 8
     assert "ratio 1.0 / 0.0" in markdown
+
+
+def test_decision_time_benchmark_measures_both_paths_on_the_same_requests(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = decision_time.measure(backends=64, requests=300, block=100)
+    for part in ("classify_us", "decision_us", "decision_cpu_us", "pipeline_us", "total_us"):
+        row = result[part]
+        assert 0 < row["p50"] <= row["p90"] <= row["p99"], (part, row)
+    assert result["total_us"]["p50"] > result["decision_us"]["p50"]
+    assert decision_time.main(["--quick", "--backends", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "decision time, 8 backends, 2000 requests" in out
+    assert "target: decision p99 < 100 us" in out  # a verdict, whichever way it goes
