@@ -48,7 +48,9 @@ class GatewayHandle:
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=60)
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    def wait_for(
+        self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.call(predicate):
@@ -72,8 +74,16 @@ def free_port() -> int:
 def run_gateway(settings: Settings, *, store: Store | None = None) -> Iterator[GatewayHandle]:
     app = create_app(settings, store=store)
     port = settings.port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_config=None,
-                            access_log=False, timeout_graceful_shutdown=2, loop="asyncio")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=2,
+        loop="asyncio",
+    )
     server = uvicorn.Server(config)
     loop = asyncio.new_event_loop()
     errors: list[BaseException] = []
@@ -104,10 +114,23 @@ def run_gateway(settings: Settings, *, store: Store | None = None) -> Iterator[G
         loop.close()
 
 
-def sim_backend(name: str, url: str, pool: str, method: str = "none", k: int = 0, model: str = "sim-llama-8b",
-                **extra: Any) -> dict[str, Any]:
-    return {"name": name, "url": url, "model": model, "pool": pool,
-            "speculation": {"method": method, "k": k}, **extra}
+def sim_backend(
+    name: str,
+    url: str,
+    pool: str,
+    method: str = "none",
+    k: int = 0,
+    model: str = "sim-llama-8b",
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "url": url,
+        "model": model,
+        "pool": pool,
+        "speculation": {"method": method, "k": k},
+        **extra,
+    }
 
 
 def get(url: str, **kw: Any) -> httpx.Response:

@@ -25,8 +25,9 @@ class Tap:
             headers = {"content-type": request.headers.get("content-type", "application/json")}
             if rid:
                 headers["x-request-id"] = rid
-            async with session.request(request.method, self.target + request.path_qs, data=body or None,
-                                       headers=headers) as upstream:
+            async with session.request(
+                request.method, self.target + request.path_qs, data=body or None, headers=headers
+            ) as upstream:
                 out = web.StreamResponse(status=upstream.status)
                 out.content_type = upstream.content_type
                 await out.prepare(request)

@@ -152,8 +152,13 @@ def test_client_disconnect_frees_the_vllm_slot(
 ) -> None:
     server = vllm_servers["plain"]
     max_tokens = 1000
-    body = {"model": server.model, "prompt": "Once upon a time", "max_tokens": max_tokens,
-            "stream": True, "ignore_eos": True}
+    body = {
+        "model": server.model,
+        "prompt": "Once upon a time",
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+    }
     with gateway(tmp_path, [backend(server)]) as gw:
         for _ in range(3):
             before = vllm_metrics.read(server.url)
@@ -161,7 +166,9 @@ def test_client_disconnect_frees_the_vllm_slot(
                 for seen, _ in enumerate(resp.iter_raw(), start=1):
                     if seen >= 3:
                         break  # hang up mid-generation
-            after = vllm_metrics.wait_until(server.url, lambda m: m["vllm:num_requests_running"] == 0, 20)
+            after = vllm_metrics.wait_until(
+                server.url, lambda m: m["vllm:num_requests_running"] == 0, 20
+            )
             assert after["vllm:num_requests_running"] == 0
             # An aborted request is not counted as finished; on a starved machine the ~4 s
             # the plain server needs for every token can pass first: that try proves
@@ -319,7 +326,10 @@ def test_canary_good_draft_promoted_bad_draft_rolled_back(
                 time.sleep(0.05)
                 state = httpx.get(gw.url + "/admin/canary").json()["state"]
             report = httpx.get(gw.url + "/admin/canary").json()
-            assert report["state"] == expected, (report["history"][0]["reason"], report["history"][0]["evidence"])
+            assert report["state"] == expected, (
+                report["history"][0]["reason"],
+                report["history"][0]["evidence"],
+            )
             assert report["history"][0]["actor"] == "controller"
             print(
                 f"\n{candidate}: {expected} after {sent} requests: {report['history'][0]['reason']}"

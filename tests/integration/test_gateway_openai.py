@@ -30,7 +30,9 @@ def sims() -> Iterator[dict[str, SimServer]]:
 
 
 @pytest.fixture(scope="module")
-def gw(sims: dict[str, SimServer], tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
+def gw(
+    sims: dict[str, SimServer], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayHandle]:
     path = write_policy(
         tmp_path_factory.mktemp("policy") / "policy.yaml",
         {
@@ -55,25 +57,37 @@ def direct(sim: SimServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=sim.url + "/v1", api_key="unused", max_retries=0)
 
 
-def test_chat_non_streaming_matches_backend(client: openai.OpenAI, sims: dict[str, SimServer]) -> None:
-    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=CHAT, max_tokens=16, temperature=0)
+def test_chat_non_streaming_matches_backend(
+    client: openai.OpenAI, sims: dict[str, SimServer]
+) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=CHAT, max_tokens=16, temperature=0
+    )
     reply = raw.parse()
     served_by = raw.headers["x-specroute-backend"]
     assert raw.headers["x-specroute-class"] == "chat"
     assert raw.headers["x-request-id"]
     assert "pool=" in raw.headers["x-specroute-route"]
     # Greedy output is the same on every simulator of the model: compare with the plain one.
-    ref = direct(sims["plain"]).chat.completions.create(model=MODEL, messages=CHAT, max_tokens=16, temperature=0)
+    ref = direct(sims["plain"]).chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=16, temperature=0
+    )
     assert reply.choices[0].message.content == ref.choices[0].message.content
     assert reply.usage is not None and reply.usage.completion_tokens == 16
     assert served_by in {"plain-0", "ngram-0", "eagle-0"}
 
 
-def test_chat_streaming_with_and_without_usage(client: openai.OpenAI, sims: dict[str, SimServer]) -> None:
-    ref = direct(sims["plain"]).chat.completions.create(model=MODEL, messages=CHAT, max_tokens=20, temperature=0)
+def test_chat_streaming_with_and_without_usage(
+    client: openai.OpenAI, sims: dict[str, SimServer]
+) -> None:
+    ref = direct(sims["plain"]).chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=20, temperature=0
+    )
     for include_usage in (True, False):
         kwargs = {"stream_options": {"include_usage": True}} if include_usage else {}
-        stream = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=20, temperature=0, stream=True, **kwargs)  # type: ignore[call-overload]
+        stream = client.chat.completions.create(
+            model=MODEL, messages=CHAT, max_tokens=20, temperature=0, stream=True, **kwargs
+        )  # type: ignore[call-overload]
         chunks = list(stream)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert text == ref.choices[0].message.content
@@ -88,7 +102,13 @@ def test_chat_streaming_with_and_without_usage(client: openai.OpenAI, sims: dict
 def test_completions_stream_and_not(client: openai.OpenAI) -> None:
     prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
     whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0)
-    streamed = "".join(c.choices[0].text for c in client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0, stream=True) if c.choices)
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=12, temperature=0, stream=True
+        )
+        if c.choices
+    )
     assert whole.choices[0].text == streamed
     assert whole.usage is not None and whole.usage.completion_tokens == 12
 
@@ -100,7 +120,10 @@ async def test_async_client_concurrent_streams(gw: GatewayHandle) -> None:
 
     async def one(i: int) -> int:
         stream = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": f"question {i}"}], max_tokens=10, stream=True,
+            model=MODEL,
+            messages=[{"role": "user", "content": f"question {i}"}],
+            max_tokens=10,
+            stream=True,
             stream_options={"include_usage": True},
         )
         tokens = 0
@@ -114,9 +137,13 @@ async def test_async_client_concurrent_streams(gw: GatewayHandle) -> None:
     await client.close()
 
 
-def test_bytes_reach_the_client_exactly_as_the_backend_sent_them(sims: dict[str, SimServer], tmp_path: Path) -> None:
+def test_bytes_reach_the_client_exactly_as_the_backend_sent_them(
+    sims: dict[str, SimServer], tmp_path: Path
+) -> None:
     with run_tap(sims["ngram"].url) as tap:
-        path = write_policy(tmp_path / "p.yaml", {"backends": [sim_backend("tapped", tap.url, "ngram", "ngram", 4)]})
+        path = write_policy(
+            tmp_path / "p.yaml", {"backends": [sim_backend("tapped", tap.url, "ngram", "ngram", 4)]}
+        )
         with run_gateway(Settings(policy_path=path, port=0)) as handle:
             for stream, usage in ((True, True), (False, False)):
                 body = {"model": MODEL, "messages": CHAT, "max_tokens": 24, "stream": stream}
@@ -127,7 +154,10 @@ def test_bytes_reach_the_client_exactly_as_the_backend_sent_them(sims: dict[str,
                 rid = resp.headers["x-request-id"]
                 assert resp.content == tap.responses[rid]
                 if stream:
-                    assert resp.content.endswith(b"data: [DONE]\n\n") and resp.content.count(b"\n\n") > 5
+                    assert (
+                        resp.content.endswith(b"data: [DONE]\n\n")
+                        and resp.content.count(b"\n\n") > 5
+                    )
 
 
 def test_models_health_ready_metrics(gw: GatewayHandle) -> None:
@@ -136,10 +166,17 @@ def test_models_health_ready_metrics(gw: GatewayHandle) -> None:
     assert httpx.get(gw.url + "/health").json() == {"status": "ok"}
     ready = httpx.get(gw.url + "/ready").json()
     assert ready["ready"] is True and len(ready["healthy_backends"]) == 3
-    gw.wait_for(lambda: gw.gateway.fleet.backends["ngram-0"].spec_counters is not None, what="a scrape")
+    gw.wait_for(
+        lambda: gw.gateway.fleet.backends["ngram-0"].spec_counters is not None, what="a scrape"
+    )
     text = httpx.get(gw.url + "/metrics").text
-    for name in ("specroute_requests_total", "specroute_backend_inflight", "specroute_break_even_concurrency",
-                 "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"):
+    for name in (
+        "specroute_requests_total",
+        "specroute_backend_inflight",
+        "specroute_break_even_concurrency",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    ):
         assert name in text, name
 
 
@@ -150,11 +187,21 @@ def test_models_health_ready_metrics(gw: GatewayHandle) -> None:
         (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
         (b'{"model": "sim-llama-8b"}', 400, "messages"),
         (b'{"model": "gpt-nothing", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
-        (b'{"model": "sim-llama-8b", "messages": [{"role": "user", "content": "' + b"x" * 70_000 + b'"}]}', 413, None),
+        (
+            b'{"model": "sim-llama-8b", "messages": [{"role": "user", "content": "'
+            + b"x" * 70_000
+            + b'"}]}',
+            413,
+            None,
+        ),
     ],
 )
-def test_bad_input_gets_openai_errors(gw: GatewayHandle, body: bytes, status: int, param: str | None) -> None:
-    resp = httpx.post(gw.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+def test_bad_input_gets_openai_errors(
+    gw: GatewayHandle, body: bytes, status: int, param: str | None
+) -> None:
+    resp = httpx.post(
+        gw.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
     assert resp.status_code == status
     error = resp.json()["error"]
     assert set(error) >= {"message", "type", "param", "code"}
@@ -165,19 +212,28 @@ def test_sdk_raises_typed_errors(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=CHAT)
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=MODEL, messages=CHAT, extra_headers={"x-specroute-class": "poetry"})
+        client.chat.completions.create(
+            model=MODEL, messages=CHAT, extra_headers={"x-specroute-class": "poetry"}
+        )
     assert "x-specroute-class" in str(info.value)
 
 
 def test_class_override_header(client: openai.OpenAI) -> None:
-    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=CHAT, max_tokens=4, extra_headers={"x-specroute-class": "code"})
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=CHAT, max_tokens=4, extra_headers={"x-specroute-class": "code"}
+    )
     assert raw.headers["x-specroute-class"] == "code"
     assert raw.headers["x-specroute-backend"] == "ngram-0"
 
 
 def test_explain_does_not_send(gw: GatewayHandle) -> None:
     before = gw.call(lambda: sum(b.local_inflight for b in gw.gateway.fleet.backends.values()))
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "```python\ndef f(x):\n    return x\n```\nAdd a docstring."}]}
+    body = {
+        "model": MODEL,
+        "messages": [
+            {"role": "user", "content": "```python\ndef f(x):\n    return x\n```\nAdd a docstring."}
+        ],
+    }
     report = httpx.post(gw.url + "/admin/explain", json=body).json()
     assert report["classification"]["label"] == "code"
     assert report["chosen"] == "ngram-0"

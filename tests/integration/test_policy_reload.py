@@ -21,13 +21,19 @@ MODEL = "sim-llama-8b"
 
 @pytest.fixture(scope="module")
 def sims() -> Iterator[tuple[SimServer, SimServer]]:
-    with run_sim_in_thread(SimConfig()) as a, run_sim_in_thread(SimConfig(speculation="ngram", k=4)) as b:
+    with (
+        run_sim_in_thread(SimConfig()) as a,
+        run_sim_in_thread(SimConfig(speculation="ngram", k=4)) as b,
+    ):
         yield a, b
 
 
 def policy(sims: tuple[SimServer, SimServer], concurrency: int = 64) -> dict[str, object]:
     return {
-        "backends": [sim_backend("plain-0", sims[0].url, "plain"), sim_backend("ngram-0", sims[1].url, "ngram", "ngram", 4)],
+        "backends": [
+            sim_backend("plain-0", sims[0].url, "plain"),
+            sim_backend("ngram-0", sims[1].url, "ngram", "ngram", 4),
+        ],
         "pools": {"ngram": {"break_even": {"concurrency": concurrency}}},
     }
 
@@ -46,7 +52,9 @@ def wait_until(check: object, timeout: float = 5.0) -> None:
     raise AssertionError("condition not reached")
 
 
-def test_file_edits_apply_and_bad_edits_are_refused(sims: tuple[SimServer, SimServer], tmp_path: Path) -> None:
+def test_file_edits_apply_and_bad_edits_are_refused(
+    sims: tuple[SimServer, SimServer], tmp_path: Path
+) -> None:
     path = write_policy(tmp_path / "p.yaml", policy(sims, 64))
     with run_gateway(Settings(policy_path=path, port=0, policy_poll_s=0.05)) as gw:
         assert threshold(gw.url) == 64
@@ -56,7 +64,10 @@ def test_file_edits_apply_and_bad_edits_are_refused(sims: tuple[SimServer, SimSe
         path.write_text(yaml.safe_dump(policy(sims, 12)).replace("pool: ngram", "pool: [ngram"))
         time.sleep(0.5)
         assert threshold(gw.url) == 12
-        resp = httpx.post(gw.url + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        resp = httpx.post(
+            gw.url + "/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        )
         assert resp.status_code == 200
 
 
@@ -74,7 +85,9 @@ def test_put_rollback_and_errors(sims: tuple[SimServer, SimServer], tmp_path: Pa
         problems = refused.json()["error"]["problems"]
         assert any("backends.1.speculation.method" in p for p in problems)
         plugin = policy(sims, 20) | {"routing": {"scorers": [{"type": "no_such_scorer"}]}}
-        assert httpx.put(gw.url + "/admin/policy", content=yaml.safe_dump(plugin)).status_code == 400
+        assert (
+            httpx.put(gw.url + "/admin/policy", content=yaml.safe_dump(plugin)).status_code == 400
+        )
         assert threshold(gw.url) == 20
         back = httpx.post(gw.url + "/admin/policy/rollback")
         assert back.json()["digest"] == first
@@ -88,7 +101,12 @@ def test_admin_token(sims: tuple[SimServer, SimServer], tmp_path: Path) -> None:
         denied = httpx.get(gw.url + "/admin/fleet")
         assert denied.status_code == 401
         assert denied.json()["error"]["code"] == "invalid_admin_token"
-        assert httpx.get(gw.url + "/admin/fleet", headers={"authorization": "Bearer wrong"}).status_code == 401
+        assert (
+            httpx.get(
+                gw.url + "/admin/fleet", headers={"authorization": "Bearer wrong"}
+            ).status_code
+            == 401
+        )
         ok = httpx.get(gw.url + "/admin/fleet", headers={"authorization": "Bearer s3cret"})
         assert ok.status_code == 200
         assert {b["name"] for b in ok.json()["backends"]} == {"plain-0", "ngram-0"}
@@ -99,5 +117,7 @@ def test_policy_validate_command(sims: tuple[SimServer, SimServer], tmp_path: Pa
 
     good = write_policy(tmp_path / "good.yaml", policy(sims))
     assert main(["policy", "validate", str(good)]) == 0
-    bad = write_policy(tmp_path / "bad.yaml", policy(sims) | {"routing": {"picker": {"type": "nope"}}})
+    bad = write_policy(
+        tmp_path / "bad.yaml", policy(sims) | {"routing": {"picker": {"type": "nope"}}}
+    )
     assert main(["policy", "validate", str(bad)]) == 1

@@ -29,13 +29,36 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def gateway_process(policy: Path, redis_url: str, **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def gateway_process(
+    policy: Path, redis_url: str, **env: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
-    environ = {**os.environ, "SPECROUTE_IDLE_TIMEOUT_S": "120", "SPECROUTE_SCRAPE_INTERVAL_S": "0.5", **env}
+    environ = {
+        **os.environ,
+        "SPECROUTE_IDLE_TIMEOUT_S": "120",
+        "SPECROUTE_SCRAPE_INTERVAL_S": "0.5",
+        **env,
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(policy), "--port", str(port),
-         "--redis-url", redis_url, "--log-level", "warning"],
-        cwd=ROOT, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "proxy.cli",
+            "serve",
+            "--config",
+            str(policy),
+            "--port",
+            str(port),
+            "--redis-url",
+            redis_url,
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -84,8 +107,12 @@ def stalling_sim() -> Iterator[SimServer]:
         yield sim
 
 
-def test_fleet_wide_inflight_and_a_crashed_replica(stalling_sim: SimServer, fresh_redis: RedisServer, tmp_path: Path) -> None:
-    policy = write_policy(tmp_path / "p.yaml", {"backends": [sim_backend("b", stalling_sim.url, "plain")]})
+def test_fleet_wide_inflight_and_a_crashed_replica(
+    stalling_sim: SimServer, fresh_redis: RedisServer, tmp_path: Path
+) -> None:
+    policy = write_policy(
+        tmp_path / "p.yaml", {"backends": [sim_backend("b", stalling_sim.url, "plain")]}
+    )
     with ExitStack() as stack:
         gateways = [stack.enter_context(gateway_process(policy, fresh_redis.url)) for _ in range(3)]
         per_gateway = [4, 6, 8]
@@ -95,7 +122,13 @@ def test_fleet_wide_inflight_and_a_crashed_replica(stalling_sim: SimServer, fres
                 streams = []
                 for (url, _), count in zip(gateways, per_gateway, strict=True):
                     for i in range(count):
-                        body = {"model": MODEL, "messages": [{"role": "user", "content": f"hold {i}"}], "max_tokens": 6000, "ignore_eos": True, "stream": True}
+                        body = {
+                            "model": MODEL,
+                            "messages": [{"role": "user", "content": f"hold {i}"}],
+                            "max_tokens": 6000,
+                            "ignore_eos": True,
+                            "stream": True,
+                        }
                         cm = client.stream("POST", url + "/v1/chat/completions", json=body)
                         resp = await cm.__aenter__()
                         # Headers come with the first upstream chunk: the stream is running.
@@ -104,27 +137,38 @@ def test_fleet_wide_inflight_and_a_crashed_replica(stalling_sim: SimServer, fres
                 total = sum(per_gateway)
                 # Every replica sees the fleet-wide truth, not its own share.
                 for url, _ in gateways:
-                    await asyncio.to_thread(wait_for, lambda u=url: fleet_inflight(u) == total, 5, f"{url} sees {total}")
+                    await asyncio.to_thread(
+                        wait_for, lambda u=url: fleet_inflight(u) == total, 5, f"{url} sees {total}"
+                    )
                 # Kill the third replica outright: its leases expire, the count returns to the truth.
                 gateways[2][1].send_signal(signal.SIGKILL)
                 gateways[2][1].wait()
                 survivors = total - per_gateway[2]
                 for url, _ in gateways[:2]:
-                    took = await asyncio.to_thread(wait_for, lambda u=url: fleet_inflight(u) == survivors, 10, f"{url} sees {survivors}")
+                    took = await asyncio.to_thread(
+                        wait_for,
+                        lambda u=url: fleet_inflight(u) == survivors,
+                        10,
+                        f"{url} sees {survivors}",
+                    )
                     print(f"\n{url}: crashed replica's leases gone after {took:.2f}s")
                 for cm in streams:
                     # The streams of the killed replica are broken.
                     with contextlib.suppress(httpx.HTTPError):
                         await cm.__aexit__(None, None, None)
                 for url, _ in gateways[:2]:
-                    await asyncio.to_thread(wait_for, lambda u=url: fleet_inflight(u) == 0, 10, f"{url} back to 0")
+                    await asyncio.to_thread(
+                        wait_for, lambda u=url: fleet_inflight(u) == 0, 10, f"{url} back to 0"
+                    )
 
         asyncio.run(hold_streams())
 
 
 def test_redis_dying_under_load_fails_no_request(fresh_redis: RedisServer, tmp_path: Path) -> None:
     with run_sim_in_thread(SimConfig()) as sim:
-        policy = write_policy(tmp_path / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]})
+        policy = write_policy(
+            tmp_path / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]}
+        )
         with gateway_process(policy, fresh_redis.url) as (url, _):
 
             async def load() -> list[int]:
@@ -133,7 +177,12 @@ def test_redis_dying_under_load_fails_no_request(fresh_redis: RedisServer, tmp_p
 
                     async def worker(n: int) -> None:
                         for i in range(n):
-                            body = {"model": MODEL, "messages": [{"role": "user", "content": f"q{i}"}], "max_tokens": 4, "stream": i % 2 == 0}
+                            body = {
+                                "model": MODEL,
+                                "messages": [{"role": "user", "content": f"q{i}"}],
+                                "max_tokens": 4,
+                                "stream": i % 2 == 0,
+                            }
                             resp = await client.post("/v1/chat/completions", json=body)
                             statuses.append(resp.status_code)
                             if i % 2 == 0:
@@ -152,17 +201,32 @@ def test_redis_dying_under_load_fails_no_request(fresh_redis: RedisServer, tmp_p
             assert len(statuses) == 160
             assert statuses.count(200) == 160, statuses
             # Back in sync once Redis returns: not degraded, and counts written again.
-            wait_for(lambda: not httpx.get(url + "/ready").json()["store"]["degraded"], 10, "store recovers")
+            wait_for(
+                lambda: not httpx.get(url + "/ready").json()["store"]["degraded"],
+                10,
+                "store recovers",
+            )
             episodes = httpx.get(url + "/metrics").text
             assert 'specroute_store_degraded{store="redis"} 0.0' in episodes
 
 
 def test_policy_reload_reaches_every_replica(fresh_redis: RedisServer, tmp_path: Path) -> None:
-    with run_sim_in_thread(SimConfig()) as plain, run_sim_in_thread(SimConfig(speculation="ngram", k=4)) as ngram:
-        doc = {"backends": [sim_backend("plain-0", plain.url, "plain"), sim_backend("ngram-0", ngram.url, "ngram", "ngram", 4)],
-               "pools": {"ngram": {"break_even": {"concurrency": 64}}}}
+    with (
+        run_sim_in_thread(SimConfig()) as plain,
+        run_sim_in_thread(SimConfig(speculation="ngram", k=4)) as ngram,
+    ):
+        doc = {
+            "backends": [
+                sim_backend("plain-0", plain.url, "plain"),
+                sim_backend("ngram-0", ngram.url, "ngram", "ngram", 4),
+            ],
+            "pools": {"ngram": {"break_even": {"concurrency": 64}}},
+        }
         policy = write_policy(tmp_path / "p.yaml", doc)
-        with gateway_process(policy, fresh_redis.url) as (first, _), gateway_process(policy, fresh_redis.url) as (second, _):
+        with (
+            gateway_process(policy, fresh_redis.url) as (first, _),
+            gateway_process(policy, fresh_redis.url) as (second, _),
+        ):
             doc["pools"]["ngram"]["break_even"]["concurrency"] = 9  # type: ignore[index]
             resp = httpx.put(first + "/admin/policy", content=yaml.safe_dump(doc))
             assert resp.status_code == 200
@@ -178,9 +242,16 @@ def test_policy_reload_reaches_every_replica(fresh_redis: RedisServer, tmp_path:
 
 
 def test_workers_without_redis_is_refused(tmp_path: Path) -> None:
-    policy = write_policy(tmp_path / "p.yaml", {"backends": [sim_backend("b", "http://127.0.0.1:9", "plain")]})
-    done = subprocess.run([sys.executable, "-m", "proxy.cli", "serve", "--config", str(policy), "--workers", "2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={k: v for k, v in os.environ.items() if k != "SPECROUTE_REDIS_URL"})
+    policy = write_policy(
+        tmp_path / "p.yaml", {"backends": [sim_backend("b", "http://127.0.0.1:9", "plain")]}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "serve", "--config", str(policy), "--workers", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "SPECROUTE_REDIS_URL"},
+    )
     assert done.returncode == 2
     assert "needs a shared store" in done.stderr

@@ -21,7 +21,10 @@ MODEL = "sim-llama-8b"
 
 @pytest.fixture(scope="module")
 def sims() -> Iterator[tuple[SimServer, SimServer]]:
-    with run_sim_in_thread(SimConfig()) as plain, run_sim_in_thread(SimConfig(speculation="eagle3", k=3)) as spec:
+    with (
+        run_sim_in_thread(SimConfig()) as plain,
+        run_sim_in_thread(SimConfig(speculation="eagle3", k=3)) as spec,
+    ):
         yield plain, spec
 
 
@@ -29,20 +32,34 @@ def sims() -> Iterator[tuple[SimServer, SimServer]]:
 def gw(sims: tuple[SimServer, SimServer], tmp_path: Path) -> Iterator[GatewayHandle]:
     plain, spec = sims
     policy = {
-        "backends": [sim_backend("plain-0", plain.url, "plain"),
-                     sim_backend("spec-0", spec.url, "eagle3", "eagle3", 3, draft_version="head-v7")],
-        "shadow": {"reference_pool": "plain", "rate": 1.0, "max_share": 1.0,
-                   "quarantine": {"enabled": True, "min_samples": 5, "max_drift_rate": 0.3}},
+        "backends": [
+            sim_backend("plain-0", plain.url, "plain"),
+            sim_backend("spec-0", spec.url, "eagle3", "eagle3", 3, draft_version="head-v7"),
+        ],
+        "shadow": {
+            "reference_pool": "plain",
+            "rate": 1.0,
+            "max_share": 1.0,
+            "quarantine": {"enabled": True, "min_samples": 5, "max_drift_rate": 0.3},
+        },
     }
     httpx.delete(spec.url + "/admin/faults").raise_for_status()
-    with run_gateway(Settings(policy_path=write_policy(tmp_path / "p.yaml", policy), port=0)) as handle:
+    with run_gateway(
+        Settings(policy_path=write_policy(tmp_path / "p.yaml", policy), port=0)
+    ) as handle:
         yield handle
     httpx.delete(spec.url + "/admin/faults").raise_for_status()
 
 
 def ask(gw: GatewayHandle, i: int, stream: bool, **extra: Any) -> httpx.Response:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": f"Tell me about topic number {i}."}],
-            "max_tokens": 24, "temperature": 0, "stream": stream, **extra}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Tell me about topic number {i}."}],
+        "max_tokens": 24,
+        "temperature": 0,
+        "stream": stream,
+        **extra,
+    }
     resp = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=30)
     assert resp.status_code == 200
     return resp
@@ -72,8 +89,12 @@ def test_equal_outputs_match_and_only_greedy_is_sampled(gw: GatewayHandle) -> No
     assert "specroute_shadow_total" in httpx.get(gw.url + "/metrics").text
 
 
-def test_real_drift_is_reported_at_its_position_and_quarantines(gw: GatewayHandle, sims: tuple[SimServer, SimServer]) -> None:
-    httpx.post(sims[1].url + "/admin/faults", json={"drift_from_token": 5, "near_tie": False}).raise_for_status()
+def test_real_drift_is_reported_at_its_position_and_quarantines(
+    gw: GatewayHandle, sims: tuple[SimServer, SimServer]
+) -> None:
+    httpx.post(
+        sims[1].url + "/admin/faults", json={"drift_from_token": 5, "near_tie": False}
+    ).raise_for_status()
     for i in range(6):
         ask(gw, i, stream=True)
     settle(gw, 5)
@@ -83,7 +104,9 @@ def test_real_drift_is_reported_at_its_position_and_quarantines(gw: GatewayHandl
     assert {r["position"] for r in rows} == {5}
     assert rows[0]["primary_context"] == "[redacted]"
     # Over the limit: the backend is quarantined and traffic moves to the plain one.
-    gw.wait_for(lambda: gw.gateway.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine")
+    gw.wait_for(
+        lambda: gw.gateway.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine"
+    )
     assert ask(gw, 100, stream=False).headers["x-specroute-backend"] == "plain-0"
     assert "drift" in httpx.get(gw.url + "/admin/shadow").json()["quarantined"]["spec-0"]
     assert httpx.delete(gw.url + "/admin/quarantine/spec-0").status_code == 200
@@ -93,7 +116,9 @@ def test_real_drift_is_reported_at_its_position_and_quarantines(gw: GatewayHandl
 def test_near_tie_divergence_is_noise(gw: GatewayHandle, sims: tuple[SimServer, SimServer]) -> None:
     # A near-tie flip can happen on either side; the simulator models it on the server that
     # flips (its logprobs show the 0.002 gap), so here the reference is the one that flips.
-    httpx.post(sims[0].url + "/admin/faults", json={"drift_from_token": 3, "near_tie": True}).raise_for_status()
+    httpx.post(
+        sims[0].url + "/admin/faults", json={"drift_from_token": 3, "near_tie": True}
+    ).raise_for_status()
     try:
         for i in range(3):
             ask(gw, i, stream=False)

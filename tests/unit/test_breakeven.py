@@ -7,7 +7,16 @@ def model(mode: str = "static", concurrency: float = 10, hysteresis: float = 0.2
     policy = make_policy(
         backend("p", "plain"),
         backend("s", "spec", "eagle3", 3),
-        pools={"spec": {"break_even": {"mode": mode, "concurrency": concurrency, "hysteresis": hysteresis, "min_samples": 5}}},
+        pools={
+            "spec": {
+                "break_even": {
+                    "mode": mode,
+                    "concurrency": concurrency,
+                    "hysteresis": hysteresis,
+                    "min_samples": 5,
+                }
+            }
+        },
     )
     return BreakEvenModel(policy, clock=lambda: 100.0)
 

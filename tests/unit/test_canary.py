@@ -11,8 +11,15 @@ from proxy.relay import Outcome
 from proxy.scheduler.base import RequestInfo
 from proxy.store import MemoryStore
 
-CONFIG = CanaryConfig(name="v2", candidates=["cand"], baseline=["base"], ramp=[0.05, 0.25, 1.0], min_samples=30,
-                      min_shadow_samples=0, evaluate_every=5)
+CONFIG = CanaryConfig(
+    name="v2",
+    candidates=["cand"],
+    baseline=["base"],
+    ramp=[0.05, 0.25, 1.0],
+    min_samples=30,
+    min_shadow_samples=0,
+    evaluate_every=5,
+)
 
 
 def outcome(backend: str, rate: float, tpot: float = 0.01, load: int = 4) -> Outcome:
@@ -22,8 +29,13 @@ def outcome(backend: str, rate: float, tpot: float = 0.01, load: int = 4) -> Out
     return o
 
 
-async def run_canary(seed: int, cand_rate: object, base_mean: float = 0.6, config: CanaryConfig = CONFIG,
-                     max_requests: int = 3000) -> tuple[str, int]:
+async def run_canary(
+    seed: int,
+    cand_rate: object,
+    base_mean: float = 0.6,
+    config: CanaryConfig = CONFIG,
+    max_requests: int = 3000,
+) -> tuple[str, int]:
     """Feed one seeded canary run until it decides; returns (final state, candidate requests)."""
     rng = random.Random(seed)
     controller = CanaryController(MemoryStore(), metrics=None)
@@ -45,8 +57,10 @@ async def test_equal_candidate_is_promoted_and_rarely_rolled_back() -> None:
     results = [await run_canary(seed, 0.6) for seed in range(runs)]
     rollbacks = sum(state == "rolled_back" for state, _ in results)
     promoted = sum(state == "promoted" for state, _ in results)
-    print(f"\nequal candidate: {promoted}/{runs} promoted, {rollbacks}/{runs} false rollbacks "
-          f"({rollbacks / runs:.1%}), median requests to decide {sorted(n for _, n in results)[runs // 2]}")
+    print(
+        f"\nequal candidate: {promoted}/{runs} promoted, {rollbacks}/{runs} false rollbacks "
+        f"({rollbacks / runs:.1%}), median requests to decide {sorted(n for _, n in results)[runs // 2]}"
+    )
     assert rollbacks / runs <= 0.05
     assert promoted / runs >= 0.9
 
@@ -78,7 +92,9 @@ def test_drift_rolls_back_and_min_acceptance_for_plain_baseline() -> None:
     ev.candidate.acceptance = [0.9] * 40
     ev.baseline.acceptance = [0.9] * 40
     assert evaluate(CONFIG, ev, True).action == "rollback"
-    config = CONFIG.model_copy(update={"criteria": CONFIG.criteria.model_copy(update={"min_acceptance": 0.5})})
+    config = CONFIG.model_copy(
+        update={"criteria": CONFIG.criteria.model_copy(update={"min_acceptance": 0.5})}
+    )
     good = Evidence()
     good.candidate.acceptance = [0.95, 0.9, 1.0, 0.97] * 10
     assert evaluate(config, good, False).action == "advance"

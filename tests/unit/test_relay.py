@@ -48,11 +48,23 @@ def event(obj: object) -> bytes:
 ROLE = event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
 TOKENS = [event({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in ("Hel", "lo", "!")]
 SPEC = {"num_draft_tokens": 6, "num_accepted_draft_tokens": 4}
-USAGE = event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}, "metrics": {"speculative_decoding": SPEC}})
+USAGE = event(
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+        "metrics": {"speculative_decoding": SPEC},
+    }
+)
 
 
-async def run(script: Sequence[bytes | float | Exception], *, strip: bool = False, idle: float = 5.0,
-              disconnect_after: float | None = None, capture: bool = False) -> tuple[bytes, Outcome, FakeUpstream]:
+async def run(
+    script: Sequence[bytes | float | Exception],
+    *,
+    strip: bool = False,
+    idle: float = 5.0,
+    disconnect_after: float | None = None,
+    capture: bool = False,
+) -> tuple[bytes, Outcome, FakeUpstream]:
     sent: list[bytes] = []
     more: list[bool] = []
 
@@ -70,7 +82,9 @@ async def run(script: Sequence[bytes | float | Exception], *, strip: bool = Fals
     outcome = Outcome("b", "p", True, "chat", 1, started=time.monotonic())
     if capture:
         outcome.text = []
-    relay = StreamRelay(send, Watch(receive), upstream, outcome, idle_timeout_s=idle, strip_usage=strip)  # type: ignore[arg-type]
+    relay = StreamRelay(
+        send, Watch(receive), upstream, outcome, idle_timeout_s=idle, strip_usage=strip
+    )  # type: ignore[arg-type]
     await relay.run(script[0])  # type: ignore[arg-type]
     if more:
         assert more[-1] is False or outcome.client_gone, "a finished stream must end the body"
@@ -87,7 +101,9 @@ async def test_bytes_pass_through_even_when_split_mid_event() -> None:
 
 
 async def test_injected_usage_is_read_then_dropped() -> None:
-    body, outcome, _ = await run([ROLE + TOKENS[0], TOKENS[1] + TOKENS[2] + USAGE + DONE], strip=True)
+    body, outcome, _ = await run(
+        [ROLE + TOKENS[0], TOKENS[1] + TOKENS[2] + USAGE + DONE], strip=True
+    )
     assert body == ROLE + b"".join(TOKENS) + DONE
     assert outcome.completion_tokens == 3 and outcome.prompt_tokens == 5
 

@@ -39,18 +39,24 @@ def test_completions_need_prompt() -> None:
     with pytest.raises(GatewayError) as info:
         parse_request("completions", orjson.dumps({"model": "m"}))
     assert info.value.param == "prompt"
-    parsed = parse_request("completions", orjson.dumps({"model": "m", "prompt": "x", "temperature": 0}))
+    parsed = parse_request(
+        "completions", orjson.dumps({"model": "m", "prompt": "x", "temperature": 0})
+    )
     assert parsed.greedy and not parsed.stream
 
 
 def test_fields_read() -> None:
-    parsed = parse_request("chat", chat(stream=True, stream_options={"include_usage": True}, top_k=1))
+    parsed = parse_request(
+        "chat", chat(stream=True, stream_options={"include_usage": True}, top_k=1)
+    )
     assert parsed.stream and parsed.include_usage and parsed.greedy and parsed.n == 1
     assert not parse_request("chat", chat()).greedy
 
 
 def test_with_usage_keeps_other_options() -> None:
-    parsed = parse_request("chat", chat(stream=True, stream_options={"continuous_usage_stats": True}))
+    parsed = parse_request(
+        "chat", chat(stream=True, stream_options={"continuous_usage_stats": True})
+    )
     body = orjson.loads(with_usage(parsed))
     assert body["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
     assert body["messages"] == parsed.body["messages"]

@@ -23,12 +23,20 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",
 
 
 def render(drafts: float, tokens: float, accepted: float) -> str:
-    return TEXT.replace("DRAFTS", str(drafts)).replace("TOKENS", str(tokens)).replace("ACCEPTED", str(accepted))
+    return (
+        TEXT.replace("DRAFTS", str(drafts))
+        .replace("TOKENS", str(tokens))
+        .replace("ACCEPTED", str(accepted))
+    )
 
 
 def test_parse() -> None:
     gauges, counters = parse_engine_metrics(render(10, 30, 12))
-    assert gauges == {"vllm:num_requests_running": 3.0, "vllm:num_requests_waiting": 1.0, "kv": 0.25}
+    assert gauges == {
+        "vllm:num_requests_running": 3.0,
+        "vllm:num_requests_waiting": 1.0,
+        "kv": 0.25,
+    }
     assert counters is not None
     assert (counters.drafts, counters.draft_tokens, counters.accepted) == (10, 30, 12)
     assert counters.per_position == {0: 5.0, 1: 2.0}
@@ -36,7 +44,10 @@ def test_parse() -> None:
 
 def test_type_lines_with_total_suffix() -> None:
     text = render(10, 30, 12).replace("counter\nvllm:spec", "counter\nvllm:spec")
-    text = text.replace("# TYPE vllm:spec_decode_num_drafts counter", "# TYPE vllm:spec_decode_num_drafts_total counter")
+    text = text.replace(
+        "# TYPE vllm:spec_decode_num_drafts counter",
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+    )
     _, counters = parse_engine_metrics(text)
     assert counters is not None and counters.drafts == 10
 

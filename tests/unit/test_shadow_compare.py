@@ -45,10 +45,25 @@ def test_without_logprobs_every_divergence_is_real() -> None:
 
 
 def test_parsers() -> None:
-    chat = {"content": [{"token": "Hi", "logprob": -0.5, "top_logprobs": [{"token": "Hi", "logprob": -0.5}, {"token": "Yo", "logprob": -0.6}]}]}
+    chat = {
+        "content": [
+            {
+                "token": "Hi",
+                "logprob": -0.5,
+                "top_logprobs": [
+                    {"token": "Hi", "logprob": -0.5},
+                    {"token": "Yo", "logprob": -0.6},
+                ],
+            }
+        ]
+    }
     (tok,) = tokens_from_chat_logprobs(chat) or []
     assert tok.text == "Hi" and tok.alternatives[1] == ("Yo", -0.6)
-    legacy = {"tokens": ["a", "b"], "token_logprobs": [-1.0, -2.0], "top_logprobs": [{"x": -3.0, "a": -1.0}, None]}
+    legacy = {
+        "tokens": ["a", "b"],
+        "token_logprobs": [-1.0, -2.0],
+        "top_logprobs": [{"x": -3.0, "a": -1.0}, None],
+    }
     parsed = tokens_from_completion_logprobs(legacy) or []
     assert parsed[0].alternatives == (("a", -1.0), ("x", -3.0))
     assert parsed[1].alternatives == ()
