@@ -240,9 +240,14 @@ def test_acceptance_seen_by_the_gateway_matches_the_backends(
 def test_shadow_plain_vs_ngram_match(vllm_servers: dict[str, VllmServer], tmp_path: Path) -> None:
     backends = [backend(vllm_servers["plain"], max_concurrency=8), backend(vllm_servers["ngram"])]
     shadow = {"reference_pool": "plain", "rate": 1.0, "max_concurrency": 2, "max_share": 1.0}
-    # All traffic to n-gram (plain is only the reference): it is the speculative backend.
+    # All traffic to n-gram (plain is only the reference): below break-even a plain backend
+    # scores 0 here. (With the default plain_score 1.0 the two would tie whenever n-gram's
+    # measured acceptance on the tiny model scores 0, and ties are broken at random.)
     routing = {
-        "scorers": [{"type": "break_even", "weight": 4}, {"type": "acceptance", "weight": 1}]
+        "scorers": [
+            {"type": "break_even", "weight": 4, "params": {"plain_score": 0.0}},
+            {"type": "acceptance", "weight": 1},
+        ]
     }
     with gateway(tmp_path, backends, shadow=shadow, routing=routing) as gw:
         client = sdk(gw)
