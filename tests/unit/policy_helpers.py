@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.acceptance import AcceptanceTracker
+from proxy.breakeven import BreakEvenModel
+from proxy.fleet import Fleet
 from proxy.policy import Policy
+from proxy.scheduler.scheduler import Scheduler
 
 
 def backend(name: str, pool: str, method: str = "none", k: int = 0, **extra: Any) -> dict[str, Any]:
@@ -30,3 +34,15 @@ def mixed_fleet(**sections: Any) -> Policy:
         backend("eagle-0", "eagle3", "eagle3", 3),
         **sections,
     )
+
+
+def healthy_scheduler(policy: Policy, *, fused: bool = True) -> Scheduler:
+    """A scheduler over a fresh fleet of the policy, every backend healthy; ``fused=False``
+    takes the fused pass away, so the plugin pipeline decides, scorer by scorer."""
+    fleet = Fleet(policy)
+    for b in fleet.backends.values():
+        b.healthy = True
+    s = Scheduler(policy, fleet, AcceptanceTracker(policy.acceptance), BreakEvenModel(policy))
+    if not fused:
+        s._profile.fused = None
+    return s

@@ -9,20 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-Body = dict[str, Any]
-
-
-def _u(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def _a(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
-
-
-def _s(text: str) -> dict[str, Any]:
-    return {"role": "system", "content": text}
-
+from classify_eval_roles import Body
+from classify_eval_roles import assistant as _a
+from classify_eval_roles import system as _s
+from classify_eval_roles import user as _u
 
 SINGLE_TURN: list[str] = [
     "hi!",

@@ -15,20 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-Body = dict[str, Any]
-
-
-def _u(content: Any) -> dict[str, Any]:
-    return {"role": "user", "content": content}
-
-
-def _a(content: Any) -> dict[str, Any]:
-    return {"role": "assistant", "content": content}
-
-
-def _s(content: Any) -> dict[str, Any]:
-    return {"role": "system", "content": content}
-
+from classify_eval_roles import Body
+from classify_eval_roles import assistant as _a
+from classify_eval_roles import system as _s
+from classify_eval_roles import user as _u
 
 # --------------------------------------------------------------------------- short contexts
 

@@ -43,22 +43,13 @@ from classify_eval_dev2 import dev2_rows
 from classify_eval_holdout import holdout_rows
 from classify_eval_holdout2 import holdout2_rows
 from classify_eval_passages import PASSAGES, Passage
+from classify_eval_roles import Body
+from classify_eval_roles import assistant as _a
+from classify_eval_roles import system as _s
+from classify_eval_roles import user as _u
 from classify_eval_snippets import SNIPPETS, Snippet
 
-Body = dict[str, Any]
 OUT = Path(__file__).with_name("classify_eval.jsonl")
-
-
-def _u(content: Any) -> dict[str, Any]:
-    return {"role": "user", "content": content}
-
-
-def _a(content: Any) -> dict[str, Any]:
-    return {"role": "assistant", "content": content}
-
-
-def _s(content: Any) -> dict[str, Any]:
-    return {"role": "system", "content": content}
 
 
 # --------------------------------------------------------------------------- rag

@@ -6,24 +6,11 @@ import random
 
 import pytest
 
-from proxy.acceptance import AcceptanceTracker
-from proxy.breakeven import BreakEvenModel
-from proxy.fleet import BackendState, Fleet
-from proxy.policy import Policy
+from proxy.fleet import BackendState
 from proxy.scheduler.base import RequestInfo, SchedulingContext
 from proxy.scheduler.scheduler import Scheduler
 from proxy.scheduler.scorers import LoadScorer
-from tests.unit.policy_helpers import backend, make_policy, mixed_fleet
-
-
-def build(policy: Policy, *, fused: bool = True) -> Scheduler:
-    fleet = Fleet(policy)
-    for b in fleet.backends.values():
-        b.healthy = True
-    s = Scheduler(policy, fleet, AcceptanceTracker(policy.acceptance), BreakEvenModel(policy))
-    if not fused:
-        s._profile.fused = None  # the plugin pipeline, scorer by scorer
-    return s
+from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, mixed_fleet
 
 
 def context(s: Scheduler, label: str = "chat") -> SchedulingContext:
@@ -31,7 +18,7 @@ def context(s: Scheduler, label: str = "chat") -> SchedulingContext:
 
 
 def one_backend(**state: float) -> tuple[Scheduler, BackendState]:
-    s = build(make_policy(backend("a", "plain", max_concurrency=100)))
+    s = healthy_scheduler(make_policy(backend("a", "plain", max_concurrency=100)))
     b = s.fleet.backends["a"]
     for key, value in state.items():
         setattr(b, key, value)
@@ -60,7 +47,7 @@ def test_default_counts_a_long_prompt_like_many_short_requests() -> None:
 
 def test_score_all_equals_score_exactly() -> None:
     rng = random.Random(5)
-    s = build(mixed_fleet())
+    s = healthy_scheduler(mixed_fleet())
     backends = list(s.fleet.backends.values())
     for scorer in (LoadScorer(), LoadScorer(prefill_tokens_full=0), LoadScorer(0.2, 3000)):
         for _ in range(200):
@@ -93,7 +80,7 @@ def test_explain_shows_every_term() -> None:
 
 
 def test_pending_prefill_moves_the_next_request_to_an_equally_loaded_backend() -> None:
-    s = build(make_policy(backend("a", "plain"), backend("b", "plain")), fused=False)
+    s = healthy_scheduler(make_policy(backend("a", "plain"), backend("b", "plain")), fused=False)
     a, b = s.fleet.backends["a"], s.fleet.backends["b"]
     a.others_inflight = b.others_inflight = 10
     a.prefill_pending = 3000
@@ -107,7 +94,7 @@ def test_pending_prefill_moves_the_next_request_to_an_equally_loaded_backend() -
 
 
 def test_shipped_profile_spreads_long_prompts_waiting_for_prefill() -> None:
-    s = build(mixed_fleet(), fused=False)
+    s = healthy_scheduler(mixed_fleet(), fused=False)
     ngram, eagle = s.fleet.backends["ngram-0"], s.fleet.backends["eagle-0"]
 
     def rag() -> str:
@@ -126,7 +113,10 @@ def test_shipped_profile_spreads_long_prompts_waiting_for_prefill() -> None:
 
 
 def test_fused_pass_counts_pending_prefill_as_the_pipeline_does() -> None:
-    fused, pipeline = build(mixed_fleet()), build(mixed_fleet(), fused=False)
+    fused, pipeline = (
+        healthy_scheduler(mixed_fleet()),
+        healthy_scheduler(mixed_fleet(), fused=False),
+    )
     assert fused._profile.fused is not None
     totals = []
     for s in (fused, pipeline):

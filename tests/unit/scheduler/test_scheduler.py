@@ -2,21 +2,10 @@ from collections import Counter
 
 import pytest
 
-from proxy.acceptance import AcceptanceTracker
-from proxy.breakeven import BreakEvenModel
-from proxy.fleet import Fleet
-from proxy.policy import Policy
 from proxy.scheduler.base import RequestInfo
 from proxy.scheduler.registry import PluginError
 from proxy.scheduler.scheduler import Scheduler
-from tests.unit.policy_helpers import backend, make_policy, mixed_fleet
-
-
-def build(policy: Policy) -> Scheduler:
-    fleet = Fleet(policy)
-    for b in fleet.backends.values():
-        b.healthy = True
-    return Scheduler(policy, fleet, AcceptanceTracker(policy.acceptance), BreakEvenModel(policy))
+from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, mixed_fleet
 
 
 def chosen(s: Scheduler, label: str = "chat", model: str = "m") -> str:
@@ -26,7 +15,7 @@ def chosen(s: Scheduler, label: str = "chat", model: str = "m") -> str:
 
 
 def test_prompt_class_picks_the_method_that_pays() -> None:
-    s = build(mixed_fleet())
+    s = healthy_scheduler(mixed_fleet())
     assert chosen(s, "code") == "ngram-0"
     assert chosen(s, "rag") == "ngram-0"
     assert chosen(s, "chat") == "eagle-0"
@@ -39,7 +28,7 @@ def test_load_past_break_even_goes_plain() -> None:
             "eagle3": {"break_even": {"concurrency": 8}},
         }
     )
-    s = build(policy)
+    s = healthy_scheduler(policy)
     s.fleet.backends["ngram-0"].others_inflight = 20
     s.fleet.backends["eagle-0"].others_inflight = 20
     s.fleet.backends["plain-0"].others_inflight = 20
@@ -50,7 +39,7 @@ def test_load_past_break_even_goes_plain() -> None:
 
 
 def test_collapsed_acceptance_is_avoided_and_probed() -> None:
-    s = build(mixed_fleet())
+    s = healthy_scheduler(mixed_fleet())
     for _ in range(10):
         s.acceptance.observe("ngram-0", "code", 0, 4)
     picks = Counter(chosen(s, "code") for _ in range(40))
@@ -60,7 +49,7 @@ def test_collapsed_acceptance_is_avoided_and_probed() -> None:
 
 
 def test_filters_unhealthy_capacity_model_and_exclusions() -> None:
-    s = build(mixed_fleet())
+    s = healthy_scheduler(mixed_fleet())
     s.fleet.backends["eagle-0"].healthy = False
     assert chosen(s, "chat") == "ngram-0"
     s.fleet.backends["ngram-0"].others_inflight = 256
@@ -71,7 +60,7 @@ def test_filters_unhealthy_capacity_model_and_exclusions() -> None:
 
 
 def test_quarantine_is_soft() -> None:
-    s = build(make_policy(backend("a", "plain"), backend("b", "plain")))
+    s = healthy_scheduler(make_policy(backend("a", "plain"), backend("b", "plain")))
     s.fleet.backends["a"].quarantined = "drift"
     assert {chosen(s) for _ in range(20)} == {"b"}
     s.fleet.backends["b"].quarantined = "drift"
@@ -79,13 +68,13 @@ def test_quarantine_is_soft() -> None:
 
 
 def test_equal_backends_share_load() -> None:
-    s = build(make_policy(backend("a", "plain"), backend("b", "plain")))
+    s = healthy_scheduler(make_policy(backend("a", "plain"), backend("b", "plain")))
     picks = Counter(chosen(s) for _ in range(200))
     assert picks["a"] > 50 and picks["b"] > 50
 
 
 def test_explain_lists_every_score() -> None:
-    s = build(mixed_fleet())
+    s = healthy_scheduler(mixed_fleet())
     decision = s.schedule(RequestInfo(model="m", label="code"), explain=True)
     report = s.explain(decision)
     assert report["chosen"] == "ngram-0"
@@ -96,7 +85,7 @@ def test_explain_lists_every_score() -> None:
 
 def test_import_string_plugins_and_bad_types() -> None:
     policy = mixed_fleet(routing={"picker": {"type": "proxy.scheduler.pickers:RoundRobinPicker"}})
-    s = build(policy)
+    s = healthy_scheduler(policy)
     assert len({chosen(s) for _ in range(3)}) == 3
     with pytest.raises(PluginError):
         Scheduler.build_profile(mixed_fleet(routing={"scorers": [{"type": "nope"}]}))
@@ -113,7 +102,7 @@ def test_batch_scoring_equals_per_backend_scoring() -> None:
     from proxy.scheduler.scorers import AcceptanceScorer, BreakEvenScorer, LoadScorer
 
     rng = random.Random(3)
-    s = build(mixed_fleet())
+    s = healthy_scheduler(mixed_fleet())
     for b in s.fleet.backends.values():
         b.others_inflight = rng.randint(0, 300)
         b.kv_usage = rng.random()
