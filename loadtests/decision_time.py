@@ -19,13 +19,13 @@ from typing import Any
 
 import orjson
 
-from proxy.acceptance import AcceptanceTracker
-from proxy.breakeven import BreakEvenModel
-from proxy.classify import Classifier
-from proxy.fleet import Fleet
 from proxy.policy import Policy
-from proxy.scheduler.base import RequestInfo
-from proxy.scheduler.scheduler import Scheduler
+from proxy.records import RequestInfo
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.classify import Classifier
+from proxy.routing.fleet import Fleet
+from proxy.routing.scheduler.scheduler import Scheduler
 
 BODIES = [
     {

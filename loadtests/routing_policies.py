@@ -10,7 +10,7 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
 - ``all-speculative``: least-loaded over the speculative backends only ("turn speculation
   on everywhere");
 - ``all-plain``: least-loaded over the plain backends only ("never speculate");
-- ``specroute-static``: the shipped default profile (``proxy/policy.py``,
+- ``specroute-static``: the shipped default profile (``proxy/policy/schema.py``,
   ``policies/default.yaml``: acceptance floor; break-even, acceptance and load scorers
   with their shipped weights and params) with fixed per-pool break-even points;
 - ``specroute-learned``: the same, the break-even points learned online from measured TPOT

@@ -27,9 +27,9 @@ import orjson
 import redis
 
 from loadtests.stub_backend import new_event_loop
-from proxy.redis_store import RedisStore
-from proxy.redis_store.keys import Keys
 from proxy.store import MemoryStore, Store
+from proxy.store.redis import RedisStore
+from proxy.store.redis.keys import Keys
 
 BACKENDS = ("spec-0", "spec-1", "plain-0", "plain-1")
 FLEET_POLL_S = 0.1

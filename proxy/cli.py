@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -16,7 +17,7 @@ SETTINGS_ENV = "SPECROUTE_SETTINGS_JSON"
 
 def app_from_env() -> object:
     """uvicorn factory for ``--workers N``: each worker rebuilds the same settings."""
-    from proxy.app import create_app
+    from proxy.gateway.app import create_app
 
     return create_app(Settings.model_validate_json(os.environ[SETTINGS_ENV]))
 
@@ -74,14 +75,14 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ[SETTINGS_ENV] = settings.model_dump_json()
         uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
-        from proxy.app import create_app
+        from proxy.gateway.app import create_app
 
         uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
     return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from proxy.gateway import Gateway
+    from proxy.gateway.handler import Gateway
 
     status = 0
     for path in args.files:
@@ -98,6 +99,26 @@ def _validate(args: argparse.Namespace) -> int:
             pools = ", ".join(policy.pool_names())
             print(f"{path}: ok ({len(policy.backends)} backends, pools: {pools})")
     return status
+
+
+def _bench(argv: list[str]) -> int:
+    """The benchmarks live in the repository's ``loadtests/`` (not in the wheel): found at
+    run time, from the import path or the current directory."""
+    try:
+        module = importlib.import_module("loadtests.cli")
+    except ModuleNotFoundError:
+        if not (Path.cwd() / "loadtests" / "cli.py").is_file():
+            print(
+                "specroute bench runs the benchmarks in the repository's loadtests/ folder, "
+                "which this installation does not include: run it from a checkout of the "
+                "repository (its root as the current directory)",
+                file=sys.stderr,
+            )
+            return 2
+        sys.path.insert(0, str(Path.cwd()))
+        module = importlib.import_module("loadtests.cli")
+    result: int = module.main(argv)
+    return result
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,9 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     if argv and argv[0] == "bench":
-        from loadtests.cli import main as bench_main
-
-        return bench_main(argv[1:])
+        return _bench(argv[1:])
     args = build_parser().parse_args(argv)
     result: int = args.func(args)
     return result

@@ -17,9 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from proxy.acceptance import AcceptanceTracker
-    from proxy.breakeven import BreakEvenModel
-    from proxy.fleet import Fleet
+    from proxy.routing.acceptance import AcceptanceTracker
+    from proxy.routing.breakeven import BreakEvenModel
+    from proxy.routing.fleet import Fleet
     from proxy.store import Store
 
 LATENCY_BUCKETS = (

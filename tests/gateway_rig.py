@@ -18,8 +18,8 @@ import uvicorn
 import yaml
 from fastapi import FastAPI
 
-from proxy.app import create_app
-from proxy.gateway import Gateway
+from proxy.gateway.app import create_app
+from proxy.gateway.handler import Gateway
 from proxy.settings import Settings
 from proxy.store import Store
 

@@ -30,7 +30,7 @@ from loadtests.simfleet import SimFleet, SimSpec
 from loadtests.streams import RequestRecord
 from loadtests.summary import Slo, tokens_in_window
 from loadtests.traces import arrivals, parse_trace
-from proxy.classify import Classifier
+from proxy.routing.classify import Classifier
 from proxy.sim.prompt_class import classify_prompt
 from proxy.sim.request_parsing import render_chat
 

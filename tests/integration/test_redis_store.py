@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.redis_store import RedisStore
 from proxy.store import Record
+from proxy.store.redis import RedisStore
 from tests.fixtures.redis import RedisServer, Replicas
 
 pytestmark = pytest.mark.redis
@@ -28,7 +28,7 @@ EVENTUALLY_S = 15.0
 
 REPLICA = """
 import asyncio, sys
-from proxy.redis_store import RedisStore
+from proxy.store.redis import RedisStore
 
 async def main() -> None:
     url, prefix, replica, count = sys.argv[1:5]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.acceptance import AcceptanceTracker
-from proxy.breakeven import BreakEvenModel
-from proxy.fleet import Fleet
 from proxy.policy import Policy
-from proxy.scheduler.scheduler import Scheduler
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import Fleet
+from proxy.routing.scheduler.scheduler import Scheduler
 
 
 def backend(name: str, pool: str, method: str = "none", k: int = 0, **extra: Any) -> dict[str, Any]:

@@ -1,0 +1,61 @@
+"""Public endpoints besides the two relayed ones: models, liveness, readiness, metrics."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from proxy.gateway.handler import Gateway
+from proxy.gateway.responses import OrjsonResponse
+
+
+def gateway_of(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def public_router() -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/models")
+    async def list_models(request: Request) -> OrjsonResponse:
+        """The union of the models that healthy backends serve (OpenAI list shape)."""
+        gateway = gateway_of(request)
+        created = int(request.app.state.started_at)
+        data = [
+            {"id": model, "object": "model", "created": created, "owned_by": "specroute"}
+            for model in gateway.fleet.healthy_models()
+        ]
+        return OrjsonResponse({"object": "list", "data": data})
+
+    @router.get("/health")
+    async def health() -> OrjsonResponse:
+        return OrjsonResponse({"status": "ok"})
+
+    @router.get("/ready")
+    async def ready(request: Request) -> OrjsonResponse:
+        gateway = gateway_of(request)
+        healthy = [b.name for b in gateway.fleet.backends.values() if b.healthy]
+        store = gateway.store.health()
+        body = {
+            "ready": bool(healthy),
+            "healthy_backends": healthy,
+            "unhealthy_backends": {
+                b.name: b.last_error or "not checked yet"
+                for b in gateway.fleet.backends.values()
+                if not b.healthy
+            },
+            "store": {"backend": store.backend, "degraded": store.degraded, "detail": store.detail},
+            "policy": request.app.state.policy_manager.current.digest,
+            "uptime_s": round(time.time() - request.app.state.started_at, 3),
+        }
+        return OrjsonResponse(body, status_code=200 if healthy else 503)
+
+    @router.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        registry = gateway_of(request).metrics.registry
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,215 @@
+"""Relaying one backend response to the client over raw ASGI ``send``.
+
+Streams go through as the bytes the backend produced, cut only at SSE event boundaries
+(so a backend dying mid-event never leaves half an event on the wire). The relay looks
+inside the bytes only where it must: a substring test per read for the usage event
+(tokens, per-request acceptance), and full parsing only for requests sampled for shadow
+verification. Measured figures go into an :class:`Outcome` for the observers.
+
+Why raw ``send`` rather than Starlette's ``StreamingResponse``: the latter wraps every
+chunk in an async generator and runs a task group per response; a naive FastAPI
+``StreamingResponse`` over ``httpx.aiter_raw`` was measured at ~11k chunks/s where a minimal
+aiohttp pass-through does ~56k on the same 2-core machine (reference figures of the gateway
+issue). ``loadtests/overhead.py`` measures this relay against that pass-through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+
+from proxy.errors import GatewayError
+from proxy.gateway.upstream import UpstreamError, UpstreamResponse
+from proxy.gateway.watch import Watch
+from proxy.records import Outcome
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
+
+DONE = b"data: [DONE]\n\n"
+_EVENT_END = b"\n\n"
+
+
+def spec_metrics(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """vLLM's per-request ``metrics.speculative_decoding`` summary, wherever it sits."""
+    for holder in (obj.get("metrics"), (obj.get("usage") or {}).get("metrics")):
+        if isinstance(holder, dict):
+            found = holder.get("speculative_decoding")
+            if isinstance(found, dict):
+                return found
+    return None
+
+
+def absorb_usage(outcome: Outcome, obj: dict[str, Any]) -> None:
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        outcome.prompt_tokens = usage.get("prompt_tokens", outcome.prompt_tokens)
+        outcome.completion_tokens = usage.get("completion_tokens", outcome.completion_tokens)
+    found = spec_metrics(obj)
+    if found is not None:
+        outcome.spec = found
+
+
+def capture_text(outcome: Outcome, obj: dict[str, Any]) -> None:
+    if outcome.text is None:
+        return
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta")
+        piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        if piece:
+            outcome.text.append(piece)
+        message = choice.get("message")
+        if isinstance(message, dict) and message.get("content"):
+            outcome.text.append(message["content"])
+
+
+class _Cancelled(Exception):
+    """Why the relay task was cancelled from outside: client gone or upstream idle."""
+
+
+class StreamRelay:
+    """Forward one SSE response, watching the client and the upstream's idleness."""
+
+    def __init__(
+        self,
+        send: Send,
+        watch: Watch,
+        upstream: UpstreamResponse,
+        outcome: Outcome,
+        *,
+        idle_timeout_s: float,
+        strip_usage: bool,
+    ) -> None:
+        self._send = send
+        self._watch = watch
+        self._upstream = upstream
+        self._outcome = outcome
+        self._idle_timeout = idle_timeout_s
+        self._strip_usage = strip_usage
+        self._last = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _check_idle(self) -> None:
+        # A timer per stream instead of a timeout per read: reads only stamp the time.
+        loop = asyncio.get_running_loop()
+        idle = loop.time() - self._last
+        if idle >= self._idle_timeout:
+            self._watch.cancel("idle")
+        else:
+            self._timer = loop.call_later(self._idle_timeout - idle, self._check_idle)
+
+    # -- the relay -----------------------------------------------------------------------------
+    async def run(self, first: bytes) -> None:
+        """Relay ``first`` (already read) and the rest; the response must have started."""
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        self._timer = loop.call_later(self._idle_timeout, self._check_idle)
+        outcome = self._outcome
+        try:
+            await self._pump(first, loop)
+        except asyncio.CancelledError:
+            why = self._watch.absorb()
+            if why is None:
+                raise
+            if why == "client":
+                outcome.client_gone = True
+                outcome.error = "client disconnected"
+            else:
+                outcome.error = f"upstream idle for more than {self._idle_timeout:g}s"
+                await self._fail(GatewayError(504, outcome.error, code="upstream_idle_timeout"))
+        except UpstreamError as exc:
+            outcome.error = f"backend {outcome.backend} broke the stream: {exc.detail}"
+            await self._fail(GatewayError(502, outcome.error, code="upstream_stream_broken"))
+        finally:
+            self._watch.close()
+            if self._timer is not None:
+                self._timer.cancel()
+            outcome.finished = time.monotonic()
+            if outcome.ok:
+                await self._upstream.release()
+            else:
+                # Drop the connection: vLLM aborts the request and frees its batch slot.
+                await self._upstream.abort()
+
+    async def _pump(self, data: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        send = self._send
+        upstream = self._upstream
+        outcome = self._outcome
+        strip = self._strip_usage
+        inspect_all = outcome.text is not None
+        pending = b""
+        saw_done = False
+        while True:
+            if pending:
+                data = pending + data
+                pending = b""
+            cut = data.rfind(_EVENT_END)
+            if cut < 0:
+                pending = data
+            else:
+                end = cut + 2
+                if end != len(data):
+                    pending = data[end:]
+                    data = data[:end]
+                if inspect_all or b'"usage"' in data:
+                    data = self._inspect(data, strip)
+                outcome.events += data.count(_EVENT_END)
+                if data.endswith(DONE):
+                    saw_done = True
+                if data:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+            data = await upstream.next_chunk()
+            self._last = loop.time()
+            if not data:
+                break
+        if saw_done and not pending.strip():
+            outcome.ok = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        outcome.error = f"backend {outcome.backend} ended the stream without [DONE]"
+        await self._fail(GatewayError(502, outcome.error, code="upstream_stream_truncated"))
+
+    def _inspect(self, data: bytes, strip: bool) -> bytes:
+        """Parse the events of ``data`` that matter; drop the usage event if injected."""
+        outcome = self._outcome
+        capture = outcome.text is not None
+        kept: list[bytes] = []
+        dropped = False
+        for event in data.split(_EVENT_END)[:-1]:
+            if not capture and b'"usage"' not in event:
+                # One read can carry dozens of events; parse only the one with usage.
+                kept.append(event)
+                continue
+            payload = event[6:] if event.startswith(b"data: ") else b""
+            if not payload or payload == b"[DONE]" or payload[:1] != b"{":
+                kept.append(event)
+                continue
+            try:
+                obj = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                kept.append(event)
+                continue
+            if obj.get("usage"):
+                absorb_usage(outcome, obj)
+            capture_text(outcome, obj)
+            if strip and obj.get("usage") and not obj.get("choices"):
+                dropped = True
+                continue
+            kept.append(event)
+        if not dropped:
+            return data
+        return b"".join(event + _EVENT_END for event in kept)
+
+    async def _fail(self, error: GatewayError) -> None:
+        """End a started stream visibly: an OpenAI error event, then a clean end."""
+        self._outcome.ok = False
+        with contextlib.suppress(OSError):
+            await self._send(
+                {"type": "http.response.body", "body": error.sse_event() + DONE, "more_body": False}
+            )

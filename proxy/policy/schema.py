@@ -1,0 +1,241 @@
+"""The routing policy: the YAML document SREs edit, and its schema.
+
+A policy declares the fleet (backends grouped into pools), how requests are scored and
+picked, and the shadow / canary / classifier settings. It is validated as a whole before it
+is swapped in, so a bad edit never half-applies; errors name the file, the path inside the
+document and the reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from proxy.policy.canary import CanaryConfig
+from proxy.policy.shadow import ShadowConfig
+from proxy.routing.classify import ClassifierConfig
+
+SpecMethod = Literal["none", "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Speculation(_Strict):
+    method: SpecMethod = "none"
+    k: int = Field(default=0, ge=0, le=16, description="draft tokens per step")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+
+class BackendSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
+    url: str = Field(pattern=r"^https?://")
+    model: str
+    pool: str
+    speculation: Speculation = Speculation()
+    draft_version: str = ""
+    weight: float = Field(default=1.0, gt=0)
+    max_concurrency: int = Field(default=256, ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _strip_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+
+class BreakEven(_Strict):
+    """Where speculation stops paying for a speculative pool, in concurrent requests per backend.
+
+    ``static`` uses ``concurrency``; ``learned`` starts from it and follows the crossover of
+    measured time per output token of this pool against the plain pool.
+    """
+
+    mode: Literal["static", "learned"] = "static"
+    concurrency: float = Field(default=64, gt=0)
+    hysteresis: float = Field(default=0.15, ge=0, lt=1)
+    min_samples: int = Field(default=30, ge=1)
+    half_life_s: float = Field(default=120.0, gt=0)
+
+
+class PoolSpec(_Strict):
+    break_even: BreakEven = BreakEven()
+
+
+class PluginSpec(_Strict):
+    type: str
+    weight: float = Field(default=1.0, ge=0)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def _default_filters() -> list[PluginSpec]:
+    names = ("model", "healthy", "quarantine", "canary", "capacity", "acceptance_floor")
+    return [PluginSpec(type=name) for name in names]
+
+
+def _default_scorers() -> list[PluginSpec]:
+    # Break-even as a cap (a plain backend scores what a speculative one below break-even
+    # does), the acceptance scorer as the bias towards speculation that pays for the class,
+    # and load (counting prompt tokens pending prefill) weighed so that a backend's bias is
+    # spent in tens of requests or a few long prompts: the best of the routing-quality
+    # benchmark's variants (loadtests/routing_policies.py, report in loadtests/reports/).
+    return [
+        PluginSpec(type="break_even", weight=4.0, params={"plain_score": 1.0}),
+        PluginSpec(type="acceptance", weight=1.0),
+        PluginSpec(type="load", weight=4.0, params={"prefill_tokens_full": 16384}),
+    ]
+
+
+class RoutingProfile(_Strict):
+    filters: list[PluginSpec] = Field(default_factory=_default_filters)
+    scorers: list[PluginSpec] = Field(default_factory=_default_scorers)
+    picker: PluginSpec = PluginSpec(type="max_score")
+
+
+class AcceptanceSettings(_Strict):
+    """Windowed acceptance per backend and per (backend, class)."""
+
+    window: int = Field(default=50, ge=1, description="requests per (backend, class) window")
+    floor: float = Field(default=0.25, ge=0, le=1)
+    recent: int = Field(
+        default=8, ge=1, description="requests the floor is judged on (a collapse shows fast)"
+    )
+    min_samples: int = Field(default=5, ge=1)
+    probe_every: int = Field(
+        default=20, ge=1, description="send 1 in N requests to a backend below the floor"
+    )
+    priors: dict[str, dict[str, float]] = Field(
+        # Draft acceptance rates (accepted / drafted tokens) to assume per method and class
+        # until measured: prompt lookup copies from code and retrieved text, barely from chat.
+        default_factory=lambda: {
+            "ngram": {"code": 0.5, "rag": 0.55, "chat": 0.1},
+            "suffix": {"code": 0.5, "rag": 0.55, "chat": 0.12},
+            "draft_model": {"code": 0.5, "rag": 0.5, "chat": 0.45},
+            "eagle": {"code": 0.5, "rag": 0.45, "chat": 0.45},
+            "eagle3": {"code": 0.6, "rag": 0.55, "chat": 0.5},
+            "mtp": {"code": 0.55, "rag": 0.55, "chat": 0.5},
+        }
+    )
+
+
+class StoreSpec(_Strict):
+    redis_url: str | None = None
+
+
+class Policy(_Strict):
+    """The whole routing policy document."""
+
+    version: str = ""
+    backends: list[BackendSpec] = Field(min_length=1)
+    pools: dict[str, PoolSpec] = Field(default_factory=dict)
+    routing: RoutingProfile = RoutingProfile()
+    acceptance: AcceptanceSettings = AcceptanceSettings()
+    classifier: ClassifierConfig = ClassifierConfig()
+    store: StoreSpec = StoreSpec()
+    # Sections owned by later features are validated by their own models when present.
+    shadow: ShadowConfig = ShadowConfig()
+    canary: CanaryConfig | None = None
+
+    @model_validator(mode="after")
+    def _check_fleet(self) -> Policy:
+        pools = {b.pool for b in self.backends}
+        ref = self.shadow.reference_pool
+        if ref is not None:
+            if ref not in pools:
+                raise ValueError(f"shadow.reference_pool {ref!r} is not a pool of this policy")
+            if any(b.speculation.enabled for b in self.backends if b.pool == ref):
+                raise ValueError(f"shadow.reference_pool {ref!r} must not use speculation")
+        dupes = [n for n, c in Counter(b.name for b in self.backends).items() if c > 1]
+        if dupes:
+            raise ValueError(f"backend names must be unique; repeated: {', '.join(sorted(dupes))}")
+        methods: dict[str, set[str]] = {}
+        for backend in self.backends:
+            methods.setdefault(backend.pool, set()).add(backend.speculation.method)
+        mixed = sorted(p for p, m in methods.items() if len(m) > 1)
+        if mixed:
+            raise ValueError(
+                "every backend of a pool must use the same speculation method; "
+                f"mixed pools: {', '.join(mixed)}"
+            )
+        if self.canary is not None:
+            self._check_canary(self.canary)
+        unknown = sorted(set(self.pools) - set(methods))
+        if unknown:
+            raise ValueError(f"pools section names pools without backends: {', '.join(unknown)}")
+        return self
+
+    def _check_canary(self, canary: CanaryConfig) -> None:
+        by_name = {b.name: b for b in self.backends}
+        missing = [n for n in canary.candidates + canary.baseline if n not in by_name]
+        if missing:
+            raise ValueError(f"canary names unknown backends: {', '.join(missing)}")
+        if set(canary.candidates) & set(canary.baseline):
+            raise ValueError("canary candidates and baseline must differ")
+        plain = [n for n in canary.candidates if not by_name[n].speculation.enabled]
+        if plain:
+            raise ValueError(f"canary candidates must use speculation: {', '.join(plain)}")
+        if not any(f.type == "canary" for f in self.routing.filters):
+            raise ValueError("a canary needs the 'canary' filter in routing.filters")
+
+    def baseline_speculative(self) -> bool:
+        """Whether the canary's baseline drafts too (acceptance can then be compared)."""
+        if self.canary is None:
+            return False
+        by_name = {b.name: b for b in self.backends}
+        return all(by_name[n].speculation.enabled for n in self.canary.baseline)
+
+    def pool_names(self) -> list[str]:
+        return sorted({b.pool for b in self.backends})
+
+    def pool_spec(self, pool: str) -> PoolSpec:
+        return self.pools.get(pool, PoolSpec())
+
+    def models(self) -> list[str]:
+        return sorted({b.model for b in self.backends})
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used, with one line per problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: invalid policy:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _format_validation(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"]) or "<document>"
+        problems.append(f"{path}: {err['msg']}")
+    return problems
+
+
+def parse_policy(text: str | bytes, source: str = "<policy>") -> Policy:
+    """Parse and validate YAML (or JSON, a subset of YAML) policy text."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(source, [f"not valid YAML: {exc}"]) from exc
+    if not isinstance(data, dict):
+        raise PolicyError(source, ["<document>: a policy is a mapping with at least 'backends'"])
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(source, _format_validation(exc)) from exc
+
+
+def load_policy(path: str | Path) -> Policy:
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(str(path), [f"cannot read: {exc.strerror}"]) from exc
+    return parse_policy(text, str(path))

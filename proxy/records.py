@@ -1,0 +1,111 @@
+"""The plain records every part of the gateway shares, and owned by none of them.
+
+The request path produces them (``gateway``), routing reads them (``routing``), the
+verifiers and observers consume them after the response (``verify``, ``routing.observe``):
+keeping them here lets each of those import the records without importing each other.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Endpoint(enum.StrEnum):
+    """The OpenAI endpoints the gateway routes (relays with scheduling and measurement)."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+    @property
+    def path(self) -> str:
+        return OPENAI_PATHS[self]
+
+
+# The one table of the routed OpenAI paths (upstream and at the gateway: the same path).
+OPENAI_PATHS: dict[Endpoint, str] = {
+    Endpoint.CHAT: "/v1/chat/completions",
+    Endpoint.COMPLETIONS: "/v1/completions",
+}
+ENDPOINT_BY_PATH: dict[str, Endpoint] = {path: kind for kind, path in OPENAI_PATHS.items()}
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    kind: Endpoint
+    body: dict[str, Any]
+    raw: bytes
+    model: str
+    stream: bool
+    include_usage: bool
+    greedy: bool
+    n: int
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """What the scheduler knows of one request (parsed once by the API layer)."""
+
+    model: str
+    label: str
+    greedy: bool = False
+    sticky_key: str | None = None
+    request_id: str = ""
+    exclude: frozenset[str] = frozenset()
+
+
+class RouteKind(enum.StrEnum):
+    """Why the chosen backend won, as a metric label (``specroute_decisions_total``)."""
+
+    PLAIN = "plain"
+    SPECULATIVE = "speculative"
+    BELOW_BREAK_EVEN = "below_break_even"
+    ACCEPTANCE_PROBE = "acceptance_probe"
+    CANARY = "canary"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteReason:
+    """Why a request went where it went: a kind for metrics, a text for people."""
+
+    kind: RouteKind
+    text: str
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one relayed request measured; consumed by observers after the response."""
+
+    backend: str
+    pool: str
+    speculative: bool
+    label: str
+    load: int
+    started: float
+    status: int = 0
+    ok: bool = False
+    first_byte: float | None = None
+    finished: float = 0.0
+    events: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    spec: dict[str, Any] | None = None
+    text: list[str] | None = None
+    error: str | None = None
+    client_gone: bool = False
+    attempts: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_byte is None else self.first_byte - self.started
+
+    @property
+    def tpot(self) -> float | None:
+        """Seconds per output token after the first (vLLM bench's definition)."""
+        tokens = self.completion_tokens
+        if self.first_byte is None or not tokens or tokens < 2:
+            return None
+        return (self.finished - self.first_byte) / (tokens - 1)

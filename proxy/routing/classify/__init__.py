@@ -1,0 +1,18 @@
+"""Prompt classification: rag | code | chat (plus policy-defined labels), with its reasons.
+
+RAG and code requests produce output that copies from the prompt, which is where n-gram
+speculation pays; chat is everything else.
+"""
+
+from proxy.routing.classify.classifier import OVERRIDE_HEADER, Classification, Classifier
+from proxy.routing.classify.config import BUILTIN_LABELS, ClassifierConfig, ClassRule, Label
+
+__all__ = [
+    "BUILTIN_LABELS",
+    "OVERRIDE_HEADER",
+    "ClassRule",
+    "Classification",
+    "Classifier",
+    "ClassifierConfig",
+    "Label",
+]

@@ -1,0 +1,339 @@
+"""One pass over a request's text: line statistics and the markers found in it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.routing.classify import patterns as p
+from proxy.routing.classify.extract import SYSTEM_ROLES, RequestText, Segment
+
+# System prompts carry their cues (role, grounding instructions) near the top.
+_SYSTEM_HEAD = 1800
+# Average line length from which per-line trace and diff tests beat whole-text ones.
+_LONG_ROWS = 200
+
+
+@dataclass(slots=True)
+class Lines:
+    """Line statistics of a group of messages."""
+
+    text_chars: int = 0
+    code_chars: int = 0
+    code_lines: int = 0
+    fences: int = 0
+    doc_markers: int = 0
+    trace_lines: int = 0
+    diff_lines: int = 0
+    shell_lines: int = 0
+    table_rows: int = 0
+
+    def share(self) -> float:
+        return self.code_chars / self.text_chars if self.text_chars else 0.0
+
+
+@dataclass(slots=True)
+class TextShape:
+    """How the last user turn is laid out, beyond its line statistics."""
+
+    transcript_lines: int = 0  # "name: message" lines of a chat log or script
+    transcript_chars: int = 0
+    speakers: int = 0  # distinct speaker names
+    # The user is one of the speakers, or the text ends with a speaker's open turn
+    # ("bot:"): a conversation to respond to or to continue, not material to draw from.
+    own_dialogue: bool = False
+    open_block: bool = False  # the text stops inside a code block ("def f(x):", "{")
+    tagged_chars: int = 0  # from the first document tag to the last closing one
+    marked_chars: int = 0  # lines from a document marker ("Passage:") to a question key
+    numbered: int = 0  # numbered passages ("[1] ..."), the way retrievers print results
+
+
+@dataclass(slots=True)
+class Scan:
+    """What one pass over the request's messages found."""
+
+    context: Lines = field(default_factory=Lines)  # everything but assistant turns
+    history: Lines = field(default_factory=Lines)  # assistant turns
+    prompt_chars: int = 0
+    system_chars: int = 0
+    tool_chars: int = 0
+    tool_msgs: int = 0
+    user_context: int = 0
+    doc_tags: int = 0
+    trace_text: bool = False
+    fim: bool = False
+    exception: bool = False
+    system_text: str = ""
+    last: TextShape = field(default_factory=TextShape)
+
+    @property
+    def doc_markers(self) -> int:
+        return self.context.doc_markers + self.doc_tags
+
+    @property
+    def trace(self) -> bool:
+        return self.trace_text or self.context.trace_lines > 0
+
+
+def _is_data(segment: Segment) -> bool:
+    # A one-line JSON tool result is an API value (an order status, a list of search hits),
+    # not code someone wants to work on.
+    return segment.role == "tool" and segment.text[:1] in "{[" and "\n" not in segment.text
+
+
+def _doc_marker(line: str) -> bool:
+    if line[0] == "[":
+        return line[1:2].isdigit() and "]" in line[2:6]
+    if line[0] == "#" and p.DOC_HEADING.match(line):
+        return True
+    colon = line.find(":", 0, 100)
+    return colon > 0 and p.DOC_KEY.fullmatch(line, 0, colon) is not None
+
+
+def _code_line(line: str) -> bool:
+    first, _, rest = line.partition(" ")
+    if first in p.CODE_KEYWORDS:
+        return p.CODE_PUNCTUATION.search(rest) is not None
+    if first in p.CLAUSE_KEYWORDS or (not rest and first in p.BLOCK_WORDS):
+        return True
+    if first not in ("import", "from") and p.SHAPE_CHARACTERS.search(line) is None:
+        return False
+    return p.CODE_SHAPE.match(line) is not None
+
+
+def _prose_or_code(line: str, raw: str) -> bool:
+    """Is this line (``raw`` before stripping) code? Long lines, sentences and bullets are
+    prose; anything else may be code."""
+    return (
+        len(line) <= p.LONG_LINE
+        and not line.endswith(p.SENTENCE_ENDS)
+        and (
+            not line.startswith(p.BULLET_STARTS)
+            or (raw[0] in " \t" and p.YAML_ITEM.match(line) is not None)
+        )
+        and (raw.startswith(p.INDENTS) or line.endswith(p.CODE_LINE_ENDS) or _code_line(line))
+    )
+
+
+def _trace_line(line: str) -> bool:
+    if line.startswith("Traceback (most recent call last)"):
+        return True
+    if line.startswith('File "'):
+        return ", line " in line
+    if line.startswith("at "):
+        return line.endswith(")") and ":" in line
+    if ("Error" in line or "Exception" in line) and p.EXCEPTION_LINE.match(line) is not None:
+        return True
+    return p.SOURCE_LOCATION.match(line) is not None
+
+
+def _speaker(line: str, colon: int) -> str | None:
+    """The speaker named before ``colon`` in a "name: message" line (lowercased), or None."""
+    if p.SPEAKER_NAME.fullmatch(line, 0, colon) is None:
+        return None
+    name = line[:colon].lower()
+    # "Question: ...", "Source: ...": keys that announce material are document markers.
+    if name in p.NOT_SPEAKERS or p.DOC_KEY.fullmatch(line, 0, colon) is not None:
+        return None
+    return name
+
+
+def _question_key(line: str) -> bool:
+    """Is this marker line a question or answer key ("User question:", "Answer:")?"""
+    colon = line.find(":", 0, 100)
+    key = line[:colon].rsplit(None, 1)[-1].lower() if colon > 0 else ""
+    return key in p.QUESTION_KEYS
+
+
+def _open_block(line: str) -> bool:
+    if line.endswith(p.BLOCK_OPENERS):
+        return True
+    return line.endswith(":") and line.partition(" ")[0] in p.BLOCK_HEADERS
+
+
+def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None:
+    """Add the lines of ``text`` to ``lines``; ``shape`` (the last user turn) gets its layout."""
+    rows = text.splitlines()
+    # Whole-text substring checks (in C) spare most texts the per-line trace and diff tests.
+    # They cost about 6 ns per character of text, the tests they spare a fraction of a
+    # microsecond per line: a text of a few long lines (a pasted document) is cheaper to
+    # test line by line.
+    if len(rows) * _LONG_ROWS <= len(text):
+        traces = diffs = True
+    else:
+        traces = (
+            "Traceback" in text
+            or 'File "' in text
+            or "\tat " in text
+            or "  at " in text
+            or "rror" in text
+            or "Exception" in text
+            or "arning" in text
+            or "-->" in text
+        )
+        diffs = "@@ -" in text or "diff --git" in text or "+++ b/" in text
+    # Single characters: "in" finds one with memchr, while short multi-character needles
+    # cost about a nanosecond per character of text.
+    shells = "$" in text or ">" in text or "@" in text
+    tables = "|" in text
+    tags = "<" in text
+    speakers: dict[str, int] | None = {} if ":" in text else None
+    speaker_lines = speaker_words = speaker_chars = speaker_code_lines = speaker_code_chars = 0
+    in_fence = False
+    marking = False  # inside a block a document marker opened (last user turn only)
+    last_raw = ""
+    last_code = False
+    for raw in rows:
+        line = raw.strip()
+        if not line:
+            continue
+        size = len(line)
+        lines.text_chars += size
+        last_raw, last_code = raw, False
+        if line.startswith(("```", "~~~")):
+            lines.fences += 1
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            code = True
+        elif speakers is not None and (
+            # Speakers start unindented lines; an indented "key: value" is nested data.
+            (colon := line.find(": ", 1, p.SPEAKER_NAME_MAX + 1)) > 0
+            and raw[0] == line[0]
+            and (speaker := _speaker(line, colon)) is not None
+        ):
+            speakers[speaker] = speakers.get(speaker, 0) + 1
+            speaker_lines += 1
+            speaker_chars += size
+            speaker_words += line.count(" ") + 1
+            code = _prose_or_code(line, raw)
+            if code:
+                speaker_code_lines += 1
+                speaker_code_chars += size
+        elif (
+            shells
+            and (line.startswith(p.SHELL_STARTS) or line.find("@", 0, 48) > 0)
+            and p.SHELL_PROMPT.match(line)
+        ):
+            # A typed command is code even when it ends like a sentence ("pip install -e .").
+            lines.shell_lines += 1
+            code = True
+        elif tables and line[0] == "|" and line[-1] == "|" and size > 2:
+            lines.table_rows += 1
+            continue
+        elif tags and line[0] == "<" and raw[0] == "<" and p.DOC_TAG.match(line):
+            # "<context>", "<document index=1>": the wrapper of supplied text, counted as a
+            # document tag, not markup to work on.
+            continue
+        else:
+            # Long lines, sentences and bullets are prose; anything else may be code. (Written
+            # out rather than calling _prose_or_code: this runs for nearly every line.)
+            code = (
+                size <= p.LONG_LINE
+                and not line.endswith(p.SENTENCE_ENDS)
+                and (
+                    not line.startswith(p.BULLET_STARTS)
+                    or (raw[0] in " \t" and p.YAML_ITEM.match(line) is not None)
+                )
+                and (
+                    raw.startswith(p.INDENTS) or line.endswith(p.CODE_LINE_ENDS) or _code_line(line)
+                )
+            )
+        last_code = code
+        if code:
+            lines.code_lines += 1
+            lines.code_chars += size
+        elif _doc_marker(line):
+            lines.doc_markers += 1
+            if shape is not None:
+                marking = not _question_key(line)
+                if line[0] == "[":
+                    shape.numbered += 1
+        if marking and shape is not None:  # mypy: shape is set whenever marking is
+            shape.marked_chars += size
+        if traces and _trace_line(line):
+            lines.trace_lines += 1
+        elif diffs and (
+            line.startswith(p.DIFF_STARTS) or (line.startswith("@@ -") and "@@" in line[4:])
+        ):
+            lines.diff_lines += 1
+    if shape is not None and last_code:
+        shape.open_block = _open_block(last_raw.strip())
+    if not speaker_lines or speakers is None:
+        return
+    last = last_raw.strip()
+    # Speakers take turns, so names repeat; keys of a YAML mapping are unique at their level,
+    # and a chat log's messages run to several words. Lowercase "alice: ..." lines look like
+    # YAML keys line by line: only the whole text tells a chat log apart. A prompt that ends
+    # with a speaker's open turn ("bot:") after a message is a dialogue to continue.
+    open_turn = (
+        last.endswith(":") and last_raw[0] == last[0] and _speaker(last, len(last) - 1) is not None
+    )
+    dialogue = speaker_words >= 4 * speaker_lines and (
+        open_turn or (speaker_lines >= 3 and 2 <= len(speakers) < speaker_lines)
+    )
+    if not dialogue:
+        return
+    lines.code_lines -= speaker_code_lines
+    lines.code_chars -= speaker_code_chars
+    if open_turn and last_code:
+        lines.code_lines -= 1
+        lines.code_chars -= len(last)
+    if shape is not None:
+        shape.transcript_lines = speaker_lines
+        shape.transcript_chars = speaker_chars
+        shape.speakers = len(speakers)
+        shape.own_dialogue = open_turn or not p.SELF_SPEAKERS.isdisjoint(speakers)
+        shape.open_block = False
+
+
+def _scan_text(text: str, found: Scan, shape: TextShape | None = None) -> None:
+    if "<" in text:
+        tags = 0
+        first = end = -1
+        for tag in p.DOC_TAG.finditer(text):
+            tags += 1
+            if first < 0:
+                first = tag.start()
+            if text.startswith("</", tag.start()):
+                # The pattern stops after the name: the span ends at the tag's ">".
+                end = text.find(">", tag.end(), tag.end() + 8) + 1 or tag.end()
+        found.doc_tags += min(tags, 10)
+        if shape is not None and end > first:
+            shape.tagged_chars = end - first
+        if not found.fim and ("fim" in text or "FIM" in text or "<PRE>" in text):
+            found.fim = p.FIM.search(text) is not None
+    if not found.trace_text:
+        found.trace_text = (
+            "panicked at" in text
+            or "Segmentation fault" in text
+            or "error[E" in text
+            or "npm ERR!" in text
+        )
+    if not found.exception and ("Error" in text or "Exception" in text):
+        found.exception = p.EXCEPTION_NAME.search(text) is not None
+
+
+def scan(request: RequestText, min_context: int) -> Scan:
+    """Read every segment once; ``min_context`` is the length from which an earlier user
+    turn counts as supplied material rather than conversation."""
+    found = Scan(prompt_chars=request.chars)
+    system_parts: list[str] = []
+    for segment in request.segments:
+        role, text = segment.role, segment.text
+        if role == "assistant":
+            _scan_lines(text, found.history)
+            continue
+        shape = found.last if segment is request.last_user else None
+        if not _is_data(segment):
+            _scan_lines(text, found.context, shape)
+        _scan_text(text, found, shape)
+        if role in SYSTEM_ROLES:
+            found.system_chars += segment.chars
+            system_parts.append(text[:_SYSTEM_HEAD])
+        elif role == "tool":
+            found.tool_chars += segment.chars
+            found.tool_msgs += 1
+        elif segment is not request.last_user and segment.chars >= min_context:
+            found.user_context += segment.chars
+    found.system_text = "\n".join(system_parts)
+    return found

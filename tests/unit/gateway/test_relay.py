@@ -1,0 +1,145 @@
+import asyncio
+import time
+from collections.abc import Sequence
+
+import orjson
+
+from proxy.gateway.relay import DONE, StreamRelay
+from proxy.gateway.upstream import UpstreamError
+from proxy.gateway.watch import Watch
+from proxy.records import Outcome
+
+
+class FakeUpstream:
+    """Yields scripted chunks; a float is a pause, an exception is raised in place."""
+
+    status = 200
+    content_type = "text/event-stream"
+
+    def __init__(self, script: Sequence[bytes | float | Exception]) -> None:
+        self.script = list(script)
+        self.aborted = False
+        self.released = False
+
+    async def next_chunk(self) -> bytes:
+        while self.script:
+            item = self.script.pop(0)
+            if isinstance(item, float):
+                await asyncio.sleep(item)
+                continue
+            if isinstance(item, Exception):
+                raise item
+            return item
+        return b""
+
+    async def read(self) -> bytes:
+        return b""
+
+    async def abort(self) -> None:
+        self.aborted = True
+
+    async def release(self) -> None:
+        self.released = True
+
+
+def event(obj: object) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+ROLE = event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+TOKENS = [event({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in ("Hel", "lo", "!")]
+SPEC = {"num_draft_tokens": 6, "num_accepted_draft_tokens": 4}
+USAGE = event(
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+        "metrics": {"speculative_decoding": SPEC},
+    }
+)
+
+
+async def run(
+    script: Sequence[bytes | float | Exception],
+    *,
+    strip: bool = False,
+    idle: float = 5.0,
+    disconnect_after: float | None = None,
+    capture: bool = False,
+) -> tuple[bytes, Outcome, FakeUpstream]:
+    sent: list[bytes] = []
+    more: list[bool] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message["body"])  # type: ignore[arg-type]
+        more.append(bool(message["more_body"]))
+
+    async def receive() -> dict[str, object]:
+        if disconnect_after is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(disconnect_after or 0)
+        return {"type": "http.disconnect"}
+
+    upstream = FakeUpstream(script[1:])
+    outcome = Outcome("b", "p", True, "chat", 1, started=time.monotonic())
+    if capture:
+        outcome.text = []
+    relay = StreamRelay(
+        send, Watch(receive), upstream, outcome, idle_timeout_s=idle, strip_usage=strip
+    )  # type: ignore[arg-type]
+    await relay.run(script[0])  # type: ignore[arg-type]
+    if more:
+        assert more[-1] is False or outcome.client_gone, "a finished stream must end the body"
+    return b"".join(sent), outcome, upstream
+
+
+async def test_bytes_pass_through_even_when_split_mid_event() -> None:
+    whole = ROLE + b"".join(TOKENS) + USAGE + DONE
+    pieces = [whole[i : i + 7] for i in range(0, len(whole), 7)]
+    body, outcome, upstream = await run(pieces)
+    assert body == whole
+    assert outcome.ok and upstream.released and not upstream.aborted
+    assert outcome.completion_tokens == 3 and outcome.spec == SPEC
+
+
+async def test_injected_usage_is_read_then_dropped() -> None:
+    body, outcome, _ = await run(
+        [ROLE + TOKENS[0], TOKENS[1] + TOKENS[2] + USAGE + DONE], strip=True
+    )
+    assert body == ROLE + b"".join(TOKENS) + DONE
+    assert outcome.completion_tokens == 3 and outcome.prompt_tokens == 5
+
+
+async def test_capture_text_for_shadow() -> None:
+    _, outcome, _ = await run([ROLE, *TOKENS, USAGE, DONE], capture=True)
+    assert "".join(outcome.text or []) == "Hello!"
+
+
+async def test_truncated_stream_ends_with_error_event() -> None:
+    body, outcome, upstream = await run([ROLE, TOKENS[0], TOKENS[1][:10]])
+    assert body.startswith(ROLE + TOKENS[0])
+    # Half an event never reaches the client: the error event follows the last whole one.
+    assert body[len(ROLE + TOKENS[0]) :].startswith(b'data: {"error"')
+    events = [e for e in body.split(b"\n\n") if e]
+    error = orjson.loads(events[-2][len(b"data: ") :])
+    assert error["error"]["code"] == "upstream_stream_truncated"
+    assert events[-1] == b"data: [DONE]"
+    assert not outcome.ok and upstream.aborted
+
+
+async def test_broken_connection_is_reported() -> None:
+    body, outcome, upstream = await run([ROLE, UpstreamError("broken", "reset by peer")])
+    assert b"upstream_stream_broken" in body and b"reset by peer" in body
+    assert upstream.aborted and not outcome.ok
+
+
+async def test_idle_upstream_times_out() -> None:
+    body, outcome, upstream = await run([ROLE, 5.0, TOKENS[0]], idle=0.2)
+    assert b"upstream_idle_timeout" in body
+    assert upstream.aborted and "idle" in (outcome.error or "")
+
+
+async def test_client_disconnect_aborts_upstream_at_once() -> None:
+    started = time.monotonic()
+    _, outcome, upstream = await run([ROLE, 5.0, TOKENS[0]], disconnect_after=0.1)
+    assert outcome.client_gone and upstream.aborted
+    assert time.monotonic() - started < 4.0

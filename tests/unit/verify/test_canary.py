@@ -1,0 +1,138 @@
+"""The canary decision rule and controller, on synthetic evidence with fixed seeds."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from proxy.policy.canary import CanaryConfig
+from proxy.records import Outcome, RequestInfo
+from proxy.store import MemoryStore
+from proxy.verify.canary import CanaryController, Evidence, evaluate, sticky_fraction
+
+CONFIG = CanaryConfig(
+    name="v2",
+    candidates=["cand"],
+    baseline=["base"],
+    ramp=[0.05, 0.25, 1.0],
+    min_samples=30,
+    min_shadow_samples=0,
+    evaluate_every=5,
+)
+
+
+def outcome(backend: str, rate: float, tpot: float = 0.01, load: int = 4) -> Outcome:
+    o = Outcome(backend, "p", True, "chat", load, started=0.0, ok=True)
+    o.first_byte, o.finished, o.completion_tokens = 0.0, tpot * 99, 100
+    o.spec = {"num_draft_tokens": 100, "num_accepted_draft_tokens": round(rate * 100)}
+    return o
+
+
+async def run_canary(
+    seed: int,
+    cand_rate: object,
+    base_mean: float = 0.6,
+    config: CanaryConfig = CONFIG,
+    max_requests: int = 3000,
+) -> tuple[str, int]:
+    """Feed one seeded canary run until it decides; returns (final state, candidate requests)."""
+    rng = random.Random(seed)
+    controller = CanaryController(MemoryStore(), metrics=None)
+    controller.configure(config, baseline_speculative=True)
+    sent = 0
+    while controller.state == "running" and sent < max_requests:
+        mean = cand_rate(sent) if callable(cand_rate) else float(cand_rate)  # type: ignore[arg-type]
+        for backend, m in (("cand", mean), ("base", base_mean)):
+            rate = min(max(rng.gauss(m, 0.15), 0.0), 1.0)
+            controller.hook(None, outcome(backend, rate), None)  # type: ignore[arg-type]
+        sent += 1
+        if sent % 5 == 0:
+            await controller.tick()
+    return controller.state, sent
+
+
+async def test_equal_candidate_is_promoted_and_rarely_rolled_back() -> None:
+    runs = 200
+    results = [await run_canary(seed, 0.6) for seed in range(runs)]
+    rollbacks = sum(state == "rolled_back" for state, _ in results)
+    promoted = sum(state == "promoted" for state, _ in results)
+    print(
+        f"\nequal candidate: {promoted}/{runs} promoted, {rollbacks}/{runs} false rollbacks "
+        f"({rollbacks / runs:.1%}), median requests to decide {sorted(n for _, n in results)[runs // 2]}"
+    )
+    assert rollbacks / runs <= 0.05
+    assert promoted / runs >= 0.9
+
+
+async def test_collapsed_candidate_is_rolled_back_within_a_few_requests() -> None:
+    for seed in range(20):
+        state, sent = await run_canary(seed, 0.02)
+        assert state == "rolled_back"
+        assert sent <= 10  # min_collapse_samples (5) + one evaluation period
+
+
+async def test_slowly_degrading_candidate_is_caught() -> None:
+    caught = 0
+    for seed in range(50):
+        # starts equal, loses 0.004 acceptance per candidate request
+        state, _ = await run_canary(seed, lambda n: max(0.6 - 0.004 * n, 0.0))
+        caught += state == "rolled_back"
+    print(f"\nslow degradation: caught in {caught}/50 runs")
+    assert caught >= 45
+
+
+async def test_clearly_worse_candidate_is_rolled_back() -> None:
+    outcomes = [await run_canary(seed, 0.4) for seed in range(30)]
+    assert sum(state == "rolled_back" for state, _ in outcomes) >= 28
+
+
+def test_drift_rolls_back_and_min_acceptance_for_plain_baseline() -> None:
+    ev = Evidence(shadow_judged=20, shadow_drift=8)
+    ev.candidate.acceptance = [0.9] * 40
+    ev.baseline.acceptance = [0.9] * 40
+    assert evaluate(CONFIG, ev, True).action == "rollback"
+    config = CONFIG.model_copy(
+        update={"criteria": CONFIG.criteria.model_copy(update={"min_acceptance": 0.5})}
+    )
+    good = Evidence()
+    good.candidate.acceptance = [0.95, 0.9, 1.0, 0.97] * 10
+    assert evaluate(config, good, False).action == "advance"
+    bad = Evidence()
+    bad.candidate.acceptance = [0.3, 0.35, 0.25, 0.3] * 10
+    assert evaluate(config, bad, False).action == "rollback"
+
+
+def test_tpot_at_matched_load() -> None:
+    ev = Evidence()
+    ev.candidate.acceptance = ev.baseline.acceptance = [0.6] * 40
+    ev.candidate.tpot = [(4, 0.03)] * 40
+    ev.baseline.tpot = [(4, 0.01)] * 40
+    assert evaluate(CONFIG, ev, True).action == "rollback"
+    ev.candidate.tpot = [(64, 0.03)] * 40  # different load: not comparable, does not block
+    assert evaluate(CONFIG, ev, True).action == "advance"
+
+
+def test_assignment_is_sticky_and_follows_the_share() -> None:
+    controller = CanaryController(MemoryStore(), metrics=None)
+    controller.configure(CONFIG.model_copy(update={"classes": ["chat", "code"]}))
+    keys = [f"user-{i}" for i in range(2000)]
+    picks = [controller.assign(RequestInfo("m", "chat", sticky_key=k)) for k in keys]
+    share = picks.count("candidate") / len(keys)
+    assert 0.03 < share < 0.07
+    assert picks == [controller.assign(RequestInfo("m", "chat", sticky_key=k)) for k in keys]
+    assert controller.assign(RequestInfo("m", "rag", sticky_key="user-1")) == "exclude"
+    assert sticky_fraction("v2", "user-1") == sticky_fraction("v2", "user-1")
+
+
+async def test_manual_commands_and_audit_trail() -> None:
+    store = MemoryStore()
+    controller = CanaryController(store, metrics=None)
+    controller.configure(CONFIG)
+    await controller.command("pause")
+    assert controller.state == "paused"
+    await controller.command("resume")
+    await controller.command("promote")
+    assert controller.share == 1.0
+    audit = [e.record for e in await store.recent("canary:audit", 10)]
+    assert [r["action"] for r in audit] == ["promote", "resume", "pause"]
+    assert all(r["actor"] == "operator" and r["ts"] <= time.time() for r in audit)
