@@ -17,6 +17,12 @@ DEFAULT_VENV = Path(os.environ.get("SPECROUTE_VLLM_VENV", REPO / ".venv-vllm"))
 DEFAULT_MODEL_CACHE = Path(os.environ.get("SPECROUTE_MODEL_CACHE", REPO / ".cache" / "models"))
 SERVED_MODEL_NAME = "tiny"
 SERVER_NAMES = ("plain", "ngram", "draft-good", "draft-bad")
+# Started only by the tests that need them (another ~3 GB each), never by default:
+# ``ngram-bf16`` is n-gram speculation in bfloat16, other numerics than its float32
+# reference, which the shadow's numerics test must flag.
+EXTRA_SERVER_NAMES = ("ngram-bf16",)
+KNOWN_SERVER_NAMES = SERVER_NAMES + EXTRA_SERVER_NAMES
+DTYPES = {"ngram-bf16": "bfloat16"}
 NGRAM_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -24,7 +30,7 @@ NGRAM_CONFIG = {
     "prompt_lookup_min": 2,
 }
 DRAFT_TOKENS = 3
-COMMON_ARGS = ("--max-model-len", "1024", "--dtype", "float32", "--enforce-eager")
+COMMON_ARGS = ("--max-model-len", "1024", "--enforce-eager")
 
 # Arms PR_SET_PDEATHSIG before exec'ing the server: if the launching process dies without
 # cleaning up (SIGKILL, OOM), the kernel sends the server SIGTERM instead of orphaning it.
@@ -44,7 +50,7 @@ def venv_python(venv: Path = DEFAULT_VENV) -> Path:
 def speculative_config(name: str, model_dirs: Mapping[str, Path]) -> dict[str, Any] | None:
     if name == "plain":
         return None
-    if name == "ngram":
+    if name in ("ngram", "ngram-bf16"):
         return dict(NGRAM_CONFIG)
     if name in ("draft-good", "draft-bad"):
         return {
@@ -52,11 +58,11 @@ def speculative_config(name: str, model_dirs: Mapping[str, Path]) -> dict[str, A
             "model": str(model_dirs[name]),
             "num_speculative_tokens": DRAFT_TOKENS,
         }
-    raise ValueError(f"unknown server {name!r}; known: {', '.join(SERVER_NAMES)}")
+    raise ValueError(f"unknown server {name!r}; known: {', '.join(KNOWN_SERVER_NAMES)}")
 
 
 def server_command(
-    python: Path, model_dir: Path, port: int, spec: dict[str, Any] | None
+    python: Path, model_dir: Path, port: int, spec: dict[str, Any] | None, dtype: str = "float32"
 ) -> list[str]:
     cmd = [
         str(python), "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL,
@@ -65,6 +71,7 @@ def server_command(
         "--served-model-name", SERVED_MODEL_NAME,
         "--host", "127.0.0.1",
         "--port", str(port),
+        "--dtype", dtype,
         *COMMON_ARGS,
     ]  # fmt: skip
     if spec is not None:

@@ -24,6 +24,8 @@ try:
     from deploy.vllm.cpu.ports import free_port, group_listens_on
     from deploy.vllm.cpu.server_args import (
         DEFAULT_VENV,
+        DTYPES,
+        KNOWN_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
         server_command,
@@ -35,6 +37,8 @@ except ImportError:  # run as a script: only this directory is on sys.path
     from ports import free_port, group_listens_on  # type: ignore[no-redef,import-not-found]
     from server_args import (  # type: ignore[no-redef,import-not-found]
         DEFAULT_VENV,
+        DTYPES,
+        KNOWN_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
         server_command,
@@ -125,7 +129,7 @@ def _spawn(
     # Appends, so a respawn after a lost port race keeps the first attempt's story.
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            server_command(python, model_dirs["tiny"], port, spec),
+            server_command(python, model_dirs["tiny"], port, spec, DTYPES.get(name, "float32")),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -230,9 +234,9 @@ def start_servers(
     stopped before the error propagates.
     """
     names = list(names)
-    unknown = sorted(set(names) - set(SERVER_NAMES))
+    unknown = sorted(set(names) - set(KNOWN_SERVER_NAMES))
     if unknown:
-        raise ValueError(f"unknown servers {unknown}; known: {', '.join(SERVER_NAMES)}")
+        raise ValueError(f"unknown servers {unknown}; known: {', '.join(KNOWN_SERVER_NAMES)}")
     logs = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
     cpus = sorted(os.sched_getaffinity(0))
