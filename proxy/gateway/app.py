@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
+from proxy.gateway.admin_review import review_router
 from proxy.gateway.api import public_router
 from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
@@ -30,6 +31,7 @@ from proxy.routing.scrape import Scraper
 from proxy.settings import Settings
 from proxy.store import MemoryStore, Store
 from proxy.verify.canary import CanaryController
+from proxy.verify.review import ReviewBook
 from proxy.verify.shadow import ShadowVerifier
 
 log = logging.getLogger("specroute")
@@ -104,7 +106,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             lambda: gateway.fleet, gateway.acceptance, gateway.break_even, lambda: gateway.store
         )
     )
-    shadow = ShadowVerifier(gateway.fleet, store, control, metrics)
+    canary = CanaryController(store, metrics)
+    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
+    shadow = ShadowVerifier(gateway.fleet, store, control, metrics, group_listeners=(canary,))
     shadow.configure(initial.policy.shadow)
     gateway.hooks.append(shadow.hook)
     gateway.capture = shadow.sample
@@ -112,8 +116,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.add_collector(
         CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
     )
-    canary = CanaryController(store, metrics)
-    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
     gateway.scheduler.extras["canary"] = canary
     gateway.hooks.append(canary.hook)
     shadow.listeners.append(canary.on_shadow)
@@ -122,6 +124,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.add_collector(CanaryCollector(canary.snapshot))
     app.state.canary = canary
     app.state.shadow = shadow
+    app.state.review = ReviewBook(store)
     app.state.gateway = gateway
     app.state.policy_manager = manager
     app.state.control_client = control
@@ -227,6 +230,7 @@ def create_app(
         app.router.routes.append(_relay_route(path, kind))
     app.include_router(public_router())
     app.include_router(admin_router())
+    app.include_router(review_router())
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

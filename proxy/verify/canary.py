@@ -5,8 +5,9 @@ by every replica to a shared log and read back by all, so the verdict does not d
 which replica saw which request. Each ramp step starts with fresh evidence, so a candidate
 that degrades slowly is judged on its recent behaviour, not its good start. Decisions:
 
-- roll back at once on a clear failure: acceptance collapse, or a drift rate whose lower
-  confidence bound already exceeds the limit;
+- roll back at once on a clear failure: acceptance collapse, a drift rate whose lower
+  confidence bound already exceeds the limit, or the shadow's group verdict that the
+  candidate's numerics differ from the reference (near-tie flips above the noise floor);
 - roll back when acceptance is worse than the baseline by more than allowed with the
   configured confidence (Welch interval on per-request rates), or TPOT at matched load is
   clearly worse;
@@ -23,6 +24,7 @@ import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,7 @@ from proxy.policy.canary import CanaryConfig
 from proxy.records import Outcome, ParsedRequest, RequestInfo
 from proxy.routing.scheduler.scheduler import Decision
 from proxy.store import Store
+from proxy.verify.groups import GroupRow
 from proxy.verify.stats import Summary, diff_interval, wilson, z_for
 
 log = logging.getLogger("specroute.canary")
@@ -49,6 +52,7 @@ class Evidence:
     baseline: Arm = field(default_factory=Arm)
     shadow_judged: int = 0
     shadow_drift: int = 0
+    numerics_differ: str | None = None  # the shadow's group verdict on a candidate, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,11 @@ def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: boo
             "rollback",
             f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}",
             details,
+        )
+    if evidence.numerics_differ is not None:
+        details["numerics_differ"] = evidence.numerics_differ
+        return Verdict(
+            "rollback", f"numerics differ from the reference: {evidence.numerics_differ}", details
         )
     drift_lo, drift_hi = wilson(evidence.shadow_drift, evidence.shadow_judged, z)
     details["drift_interval"] = [drift_lo, drift_hi]
@@ -254,6 +263,16 @@ class CanaryController:
         if config is None or backend not in config.candidates or verdict == "error":
             return
         self._pending.append({"n": config.name, "st": self.step, "arm": "c", "sv": verdict})
+
+    def on_group_verdicts(self, rows: Sequence[GroupRow]) -> None:
+        """The shadow's group verdicts: a candidate whose numerics differ counts against it."""
+        config = self.config
+        if config is None or self.state not in ("running", "paused"):
+            return
+        for row in rows:
+            if row.tally.backend in config.candidates and row.numerics.numerics_differ:
+                self.evidence.numerics_differ = f"{row.tally.backend}: {row.numerics.reason}"
+                self._since_eval = max(self._since_eval, config.evaluate_every)
 
     def _absorb(self, row: dict[str, Any]) -> None:
         if self.config is None or row.get("n") != self.config.name or row.get("st") != self.step:
