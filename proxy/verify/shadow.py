@@ -77,6 +77,18 @@ class Replay:
     tokens: list[RefToken] | None
 
 
+def single_output(parsed: ParsedRequest) -> bool:
+    """Whether the response holds one output to compare: a completion of several prompts
+    streams their choices interleaved (and the replay is read for its first choice only),
+    which would read as a divergence that is not there."""
+    if parsed.kind != Endpoint.COMPLETIONS:
+        return True
+    prompt = parsed.body.get("prompt")
+    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+        return len(prompt) == 1  # strings or token-id lists: one per prompt
+    return True
+
+
 class ShadowVerifier:
     def __init__(
         self,
@@ -144,6 +156,8 @@ class ShadowVerifier:
 
     def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
         if not outcome.ok or outcome.text is None or self.config.reference_pool is None:
+            return
+        if not single_output(parsed):
             return
         backend = self.fleet.get(outcome.backend)
         if backend is None:
