@@ -6,9 +6,12 @@ import random
 import time
 
 from proxy.policy.canary import CanaryConfig
+from proxy.policy.shadow import NumericsConfig
 from proxy.records import Outcome, RequestInfo
 from proxy.store import MemoryStore
 from proxy.verify.canary import CanaryController, Evidence, evaluate, sticky_fraction
+from proxy.verify.groups import judge_groups
+from tests.unit.verify.test_groups import record
 
 CONFIG = CanaryConfig(
     name="v2",
@@ -136,3 +139,20 @@ async def test_manual_commands_and_audit_trail() -> None:
     audit = [e.record for e in await store.recent("canary:audit", 10)]
     assert [r["action"] for r in audit] == ["promote", "resume", "pause"]
     assert all(r["actor"] == "operator" and r["ts"] <= time.time() for r in audit)
+
+
+def test_numerics_differ_on_a_candidate_rolls_it_back() -> None:
+    records = [record("diverged_near_tie", i, backend="cand") for i in range(28)]
+    records += [record("match", 100 + i, backend="cand") for i in range(2)]
+    rows = judge_groups(records, {}, NumericsConfig()).groups
+    controller = CanaryController(MemoryStore(), metrics=None)
+    controller.configure(CONFIG)
+    controller.on_group_verdicts(rows)
+    verdict = evaluate(CONFIG, controller.evidence, True)
+    assert verdict.action == "rollback"
+    assert verdict.reason.startswith("numerics differ from the reference: cand")
+    # Another backend's verdict is none of the canary's business.
+    other = CanaryController(MemoryStore(), metrics=None)
+    other.configure(CanaryConfig(name="v3", candidates=["x"], baseline=["base"]))
+    other.on_group_verdicts(rows)
+    assert other.evidence.numerics_differ is None
