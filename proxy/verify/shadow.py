@@ -77,10 +77,16 @@ class Replay:
     tokens: list[RefToken] | None
 
 
+# The endpoints whose output the relay captures and whose replay this module reads.
+COMPARED_ENDPOINTS = frozenset({Endpoint.CHAT, Endpoint.COMPLETIONS})
+
+
 def single_output(parsed: ParsedRequest) -> bool:
-    """Whether the response holds one output to compare: a completion of several prompts
-    streams their choices interleaved (and the replay is read for its first choice only),
-    which would read as a divergence that is not there."""
+    """Whether the response holds one output this module can compare: a completion of
+    several prompts streams their choices interleaved (and the replay is read for its
+    first choice only), which would read as a divergence that is not there."""
+    if parsed.kind not in COMPARED_ENDPOINTS:
+        return False
     if parsed.kind != Endpoint.COMPLETIONS:
         return True
     prompt = parsed.body.get("prompt")
