@@ -16,8 +16,11 @@ The test, per (backend, draft version) of one model:
   bound ``L`` at the same confidence;
 - with ``n >= min_samples``, ``L > f`` is the verdict ``numerics_differ``.
 
-Comparing a lower bound against an upper bound is conservative: at the floor's own rate a
-verdict needs both bounds wrong at once, so false alarms stay below 1 - confidence.
+Comparing a lower bound against an upper bound is conservative: when the group flips at
+the reference's own rate ``p``, ``L > f`` needs ``L > p`` or ``f < p``, each of probability at
+most 1 - confidence, so false alarms stay below twice that (and measure far below it: the
+unit tests draw both at one rate). The price is power: the group's rate must clear the
+floor's upper bound, a few times the floor with a few dozen samples.
 """
 
 from __future__ import annotations
