@@ -113,6 +113,7 @@ class GroupRow:
                 "near_ties": n.near_ties,
                 "judged": n.judged,
                 "lower_bound": n.lower_bound,
+                "excess_lower_bound": n.excess_lower_bound,
                 "floor": n.floor.rate,
                 "floor_source": n.floor.source,
                 "reason": n.reason,

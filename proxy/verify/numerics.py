@@ -6,25 +6,27 @@ own, e.g. an engine running bfloat16 against a float32 reference (28 of 30 greed
 measured on vLLM's CPU build, every one a near tie), does not compute what the reference
 computes: the *rate* is the signal.
 
-The test, per (backend, draft version) of one model:
+The test, per (backend, draft version) of one model, with ``k`` near-tie flips in ``n``
+judged samples and a one-sided confidence ``c``:
 
-- the noise floor ``f`` is the one-sided upper confidence bound of the reference's own flip
-  rate, from control samples (reference output against a reference replay; every
-  divergence there counts, near tie or not), or the policy's prior floor until there are
-  ``control_min_samples`` of them;
-- the group's near-tie flips ``k`` of ``n`` judged samples give a one-sided lower Wilson
-  bound ``L`` at the same confidence;
-- with ``n >= min_samples``, ``L > f`` is the verdict ``numerics_differ``.
+- the noise floor is the reference's own flip rate, from control samples (a reference
+  output against a reference replay; every divergence there counts, near tie or not):
+  ``f`` flips in ``m``. Verdict when the lower confidence bound of the excess
+  ``k/n - f/m`` is above 0, the bound built from the two Wilson intervals (Newcombe's
+  hybrid score interval for a difference of proportions, method 10 of Newcombe 1998):
+  ``k/n - f/m - sqrt((k/n - L)^2 + (U - f/m)^2) > 0`` with ``L`` the group's lower and ``U``
+  the control's upper Wilson bound at ``c``;
+- until there are ``control_min_samples`` control samples the floor is the policy's prior
+  rate ``q``, a stated assumption rather than a measurement: verdict when ``L > q``;
+- never with fewer than ``min_samples`` judged samples.
 
-Comparing a lower bound against an upper bound is conservative: when the group flips at
-the reference's own rate ``p``, ``L > f`` needs ``L > p`` or ``f < p``, each of probability at
-most 1 - confidence, so false alarms stay below twice that (and measure far below it: the
-unit tests draw both at one rate). The price is power: the group's rate must clear the
-floor's upper bound, a few times the floor with a few dozen samples.
+Both keep false alarms (a group flipping at the floor's own rate) near 1 - ``c``; the unit
+tests draw group and control at one rate and count them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,7 +42,7 @@ class NoiseFloor:
     """The flip rate a group is judged against, and where it came from."""
 
     model: str
-    rate: float
+    rate: float  # the control's flip rate, or the prior
     source: FloorSource
     control_flips: int
     control_samples: int
@@ -49,8 +51,7 @@ class NoiseFloor:
     def of(cls, model: str, flips: int, samples: int, config: NumericsConfig) -> NoiseFloor:
         if samples < config.control_min_samples:
             return cls(model, config.prior_floor, "prior", flips, samples)
-        _, upper = wilson(flips, samples, z_one_sided(config.confidence))
-        return cls(model, upper, "control", flips, samples)
+        return cls(model, flips / samples, "control", flips, samples)
 
     def describe(self) -> str:
         if self.source == "prior":
@@ -59,8 +60,8 @@ class NoiseFloor:
                 "not yet measured)"
             )
         return (
-            f"measured floor {self.rate:.1%} (upper bound of {self.control_flips}/"
-            f"{self.control_samples} control flips)"
+            f"measured floor {self.rate:.1%} ({self.control_flips}/{self.control_samples} "
+            "control flips)"
         )
 
 
@@ -71,7 +72,8 @@ class NumericsJudgement:
     status: NumericsStatus
     near_ties: int
     judged: int
-    lower_bound: float | None
+    lower_bound: float | None  # of the group's near-tie rate
+    excess_lower_bound: float | None  # of the group's rate minus the floor
     floor: NoiseFloor
     reason: str
 
@@ -84,26 +86,33 @@ class NumericsJudgement:
         return self.near_ties / self.judged if self.judged else None
 
 
+def excess_lower_bound(
+    near_ties: int, judged: int, floor: NoiseFloor, confidence: float
+) -> tuple[float, float]:
+    """(group's lower Wilson bound, lower bound of the group's rate minus the floor's)."""
+    z = z_one_sided(confidence)
+    rate = near_ties / judged
+    lower, _ = wilson(near_ties, judged, z)
+    if floor.source == "prior":
+        return lower, lower - floor.rate
+    _, upper = wilson(floor.control_flips, floor.control_samples, z)
+    spread = math.hypot(rate - lower, upper - floor.rate)
+    return lower, rate - floor.rate - spread
+
+
 def judge_numerics(
     near_ties: int, judged: int, floor: NoiseFloor, config: NumericsConfig
 ) -> NumericsJudgement:
     """The test of the module docstring, for one group."""
     if judged < config.min_samples:
-        return NumericsJudgement(
-            "insufficient",
-            near_ties,
-            judged,
-            None,
-            floor,
-            f"{judged}/{config.min_samples} judged samples",
-        )
-    lower, _ = wilson(near_ties, judged, z_one_sided(config.confidence))
-    differ = lower > floor.rate
-    relation = "above" if differ else "not above"
+        reason = f"{judged}/{config.min_samples} judged samples"
+        return NumericsJudgement("insufficient", near_ties, judged, None, None, floor, reason)
+    lower, excess = excess_lower_bound(near_ties, judged, floor, config.confidence)
+    differ = excess > 0
+    verb = "exceeds" if differ else "is not shown to exceed"
     reason = (
-        f"near-tie flips {near_ties}/{judged}: rate >= {lower:.1%} with "
-        f"{config.confidence:.0%} confidence, {relation} the {floor.describe()}"
+        f"near-tie flips {near_ties}/{judged} ({near_ties / judged:.1%}, >= {lower:.1%}) "
+        f"{verb} the {floor.describe()} with {config.confidence:.0%} confidence"
     )
-    return NumericsJudgement(
-        "numerics_differ" if differ else "within_floor", near_ties, judged, lower, floor, reason
-    )
+    status: NumericsStatus = "numerics_differ" if differ else "within_floor"
+    return NumericsJudgement(status, near_ties, judged, lower, excess, floor, reason)
