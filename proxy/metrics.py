@@ -219,10 +219,18 @@ class FleetCollector(Collector):
             "Windowed per-request acceptance by backend and prompt class",
             labels=["backend", "class"],
         )
+        below = GaugeMetricFamily(
+            "specroute_acceptance_below_floor",
+            "1 while a backend's recent acceptance for a prompt class is under the policy's floor",
+            labels=["backend", "class"],
+        )
         for row in self._acceptance.snapshot():
+            labels = [str(row["backend"]), str(row["class"])]
             if row["rate"] is not None:
-                per_class.add_metric([str(row["backend"]), str(row["class"])], float(row["rate"]))  # type: ignore[arg-type]
+                per_class.add_metric(labels, float(row["rate"]))  # type: ignore[arg-type]
+            below.add_metric(labels, 1.0 if row["below_floor"] else 0.0)
         yield per_class
+        yield below
 
         be = GaugeMetricFamily(
             "specroute_break_even_concurrency",
