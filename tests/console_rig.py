@@ -19,8 +19,9 @@ PROMPTS = {
     "chat": "Tell me about a quiet morning by the sea, request {i}.",
     "code": "Fix this function:\n```python\ndef add(a, b):\n    return a - b  # {i}\n```",
     "rag": (
-        "Context:\n[1] The bridge opened in 1932 and carries eight lanes.\n"
-        "[2] It was repainted in 2019.\nQuestion {i}: when did the bridge open?"
+        "Use the following context to answer.\n<context>\nThe Harbour Bridge opened in 1932 "
+        "and carries eight lanes of traffic. It was repainted in 2019. The repainting took "
+        "eleven months.\n</context>\nQuestion {i}: when did the bridge open?"
     ),
 }
 

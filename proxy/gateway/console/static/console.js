@@ -88,6 +88,7 @@ function chart(id, opts, data) {
   const width = Math.max(host.clientWidth - 8, 300);
   const existing = charts[id];
   if (existing && existing.series.length === opts.series.length) {
+    if (Math.abs(existing.width - width) > 4) existing.setSize({ width, height: existing.height });
     existing.setData(data);
     if (opts.markers) existing.markers = opts.markers;
     existing.redraw();
@@ -168,8 +169,11 @@ function renderAcceptance(rows) {
     backends, "no speculative request measured yet"));
 }
 
+// A fitted line in milliseconds; where it would go below zero (extrapolated far from the
+// loads it was measured at) it is not drawn.
 function lineAt(line, x) {
-  return line ? 1000 * (line.intercept + line.slope * x) : null;
+  const v = line ? 1000 * (line.intercept + line.slope * x) : null;
+  return v === null || v < 0 ? null : v;
 }
 
 function renderBreakEven(pools) {
@@ -178,25 +182,30 @@ function renderBreakEven(pools) {
     host.replaceChildren(el("p", { class: "empty" }, "no speculative pool"));
     return;
   }
+  // Every card first, so each chart is sized to its own column of the grid.
+  for (const pool of pools) {
+    if (!document.getElementById(`card-${pool.pool}`)) {
+      host.querySelector(".empty")?.remove();
+      host.append(el("div", { class: "card", id: `card-${pool.pool}` },
+        el("h3", {}, pool.pool), el("div", { class: "kv", id: `be-${pool.pool}-kv` }),
+        el("div", { class: "chart", id: `be-${pool.pool}` })));
+    }
+  }
   for (const pool of pools) {
     const id = `be-${pool.pool}`;
-    let card = document.getElementById(`card-${pool.pool}`);
-    if (!card) {
-      card = el("div", { class: "card", id: `card-${pool.pool}` },
-        el("h3", {}, pool.pool), el("div", { class: "kv", id: `${id}-kv` }),
-        el("div", { class: "chart", id }));
-      host.append(card);
-      host.querySelector(".empty")?.remove();
-    }
     const above = pool.concurrency >= pool.threshold;
     fill(`${id}-kv`, kv([
       ["break-even", `${num(pool.threshold, 1)} (${pool.mode})`],
       ["configured", num(pool.configured, 0)],
-      ["learned", pool.learned === null ? `${dash} (${pool.samples}/${pool.reference_samples} samples)` : num(pool.learned, 1)],
+      ["learned", pool.learned === null
+        ? `not yet (${pool.samples} speculative, ${pool.reference_samples} plain samples)`
+        : num(pool.learned, 1)],
       ["current concurrency", el("span", {}, num(pool.concurrency), " ",
         above ? badge("past break-even", "bad") : badge("speculation pays", "good"))],
     ]));
-    const top = Math.max(2 * pool.threshold, 1.5 * pool.concurrency, 8);
+    // Up to twice the break-even, but not so far that today's load is a sliver at the left
+    // (a learned break-even can sit at its 4096 cap); the figure above gives the value.
+    const top = Math.max(Math.min(2 * pool.threshold, Math.max(128, 4 * pool.concurrency)), 8);
     const xs = Array.from({ length: 41 }, (_, i) => 1 + (i * (top - 1)) / 40);
     const series = [{ label: "concurrency" }];
     const data = [xs];
