@@ -56,7 +56,7 @@ async def _load_initial(settings: Settings, app: FastAPI) -> PolicyVersion:
         return PolicyVersion.of(text, str(settings.policy_path))
     from proxy.gateway.embedded import start_embedded_fleet
 
-    fleet = await start_embedded_fleet()
+    fleet = await start_embedded_fleet(quiet=not settings.sim_logs)
     app.state.embedded = fleet
     return PolicyVersion.of(fleet.policy_text, "embedded default fleet")
 

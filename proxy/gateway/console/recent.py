@@ -153,8 +153,9 @@ def _series(
     pools = sorted({r.pool for r in rows})
     counts = {pool: [0.0] * buckets for pool in pools}
     for r in rows:
-        index = int((r.ts - start) // bucket_s)
-        if 0 <= index < buckets:
+        # The last bucket ends at ``now`` inclusive (a request finished this instant counts).
+        index = min(int((r.ts - start) // bucket_s), buckets - 1)
+        if index >= 0:
             counts[r.pool][index] += 1
     return {
         "t": [start + (i + 1) * bucket_s for i in range(buckets)],
