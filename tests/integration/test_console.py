@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from proxy.settings import Settings
+from proxy.sim.server import SimServer
 from tests.console_rig import Load, fleet_policy, sim_fleet
 from tests.gateway_rig import GatewayHandle, run_gateway, write_policy
 
@@ -32,18 +33,25 @@ PERCENT = re.compile(r"\d+\.\d%")
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
-    with sim_fleet() as sims:
+def sims() -> Iterator[dict[str, SimServer]]:
+    with sim_fleet() as fleet:
         # Real drift on the baseline head, so the verification view has mismatches to align.
         httpx.post(
-            sims["eagle3-0"].url + "/admin/faults", json={"drift_from_token": 4}
+            fleet["eagle3-0"].url + "/admin/faults", json={"drift_from_token": 4}
         ).raise_for_status()
-        path = write_policy(tmp_path_factory.mktemp("console") / "policy.yaml", fleet_policy(sims))
-        with run_gateway(Settings(policy_path=path, port=0, watch_policy=False)) as handle:
-            with Load(handle.url) as load:
-                handle.wait_for(lambda: load.sent >= 60, 30, "some traffic")
-                yield handle
-            assert load.failed == 0
+        yield fleet
+
+
+@pytest.fixture(scope="module")
+def gw(
+    sims: dict[str, SimServer], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayHandle]:
+    path = write_policy(tmp_path_factory.mktemp("console") / "policy.yaml", fleet_policy(sims))
+    with run_gateway(Settings(policy_path=path, port=0, watch_policy=False)) as handle:
+        with Load(handle.url) as load:
+            handle.wait_for(lambda: load.sent >= 60, 30, "some traffic")
+            yield handle
+        assert load.failed == 0
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +149,10 @@ def test_canary_buttons_promote_then_roll_back(gw: GatewayHandle, page: Page) ->
     expect(page.locator("#canary-ramp .step.current")).to_contain_text("25.0%")
     expect(page.locator("#canary-evidence")).to_contain_text("candidate requests")
     expect(page.locator("#canary-evidence")).to_contain_text("drift interval")
+    expect(page.locator("#canary-evidence")).to_contain_text(
+        re.compile("drift: (pass|fail|not enough data)")
+    )
+    expect(page.locator("#canary-evidence")).not_to_contain_text("object")
     shoot(page, "canary")
 
     page.click("#canary-buttons button[data-action=promote]")
@@ -173,12 +185,14 @@ def test_policy_editor_validates_diffs_applies_and_rolls_back(
     expect(page.locator("#policy-message")).to_contain_text(
         "backends: Input should be a valid list"
     )
+    expect(page.locator("#policy-message li")).to_have_count(1)
     expect(page.locator("#policy-apply")).to_be_disabled()
 
     editor.fill(text.replace("concurrency: 48", "concurrency: 40"))
     page.click("#policy-validate")
     expect(page.locator("#policy-diff .del")).to_contain_text(["concurrency: 48"])
     expect(page.locator("#policy-diff .add")).to_contain_text(["concurrency: 40"])
+    expect(page.locator("#policy-message")).to_have_text(re.compile(r"^valid: [0-9a-f]{12}$"))
     shoot(page, "policy-diff")
     assert httpx.get(gw.url + "/admin/policy").json()["digest"] == before  # a dry run
     page.click("#policy-apply")
@@ -193,25 +207,26 @@ def test_policy_editor_validates_diffs_applies_and_rolls_back(
     shoot(page, "policy")
 
 
-def test_console_is_guarded_like_the_admin_api(tmp_path: Path, browser: Browser) -> None:
+def test_console_is_guarded_like_the_admin_api(
+    sims: dict[str, SimServer], tmp_path: Path, browser: Browser
+) -> None:
     """With a token set, /ui refuses anonymous requests; the sign-in form's cookie opens it."""
-    with sim_fleet() as sims:
-        path = write_policy(tmp_path / "p.yaml", fleet_policy(sims, canary=False))
-        settings = Settings(policy_path=path, port=0, admin_token="s3cret", watch_policy=False)
-        with run_gateway(settings) as handle:
-            assert httpx.get(handle.url + "/ui/fleet").status_code == 401
-            assert httpx.get(handle.url + "/ui/static/console.js").status_code == 401
-            bearer = {"authorization": "Bearer s3cret"}
-            assert httpx.get(handle.url + "/ui/fleet", headers=bearer).status_code == 200
-            context = browser.new_context()
-            page = context.new_page()
-            page.goto(handle.url + "/ui/login")
-            page.fill("input[name=token]", "wrong")
-            page.click("button[type=submit]")
-            expect(page.locator("body")).to_contain_text("not the admin token")
-            page.fill("input[name=token]", "s3cret")
-            page.click("button[type=submit]")
-            expect(page.locator("#backends table")).to_contain_text("plain-0")
-            cookie = next(c for c in context.cookies() if c["name"] == "specroute_admin")
-            assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
-            context.close()
+    path = write_policy(tmp_path / "p.yaml", fleet_policy(sims, canary=False))
+    settings = Settings(policy_path=path, port=0, admin_token="s3cret", watch_policy=False)
+    with run_gateway(settings) as handle:
+        assert httpx.get(handle.url + "/ui/fleet").status_code == 401
+        assert httpx.get(handle.url + "/ui/static/console.js").status_code == 401
+        bearer = {"authorization": "Bearer s3cret"}
+        assert httpx.get(handle.url + "/ui/fleet", headers=bearer).status_code == 200
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(handle.url + "/ui/login")
+        page.fill("input[name=token]", "wrong")
+        page.click("button[type=submit]")
+        expect(page.locator("body")).to_contain_text("not the admin token")
+        page.fill("input[name=token]", "s3cret")
+        page.click("button[type=submit]")
+        expect(page.locator("#backends table")).to_contain_text("plain-0")
+        cookie = next(c for c in context.cookies() if c["name"] == "specroute_admin")
+        assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
+        context.close()

@@ -37,7 +37,7 @@ function el(tag, attrs, ...children) {
 
 function fill(id, ...children) {
   const node = document.getElementById(id);
-  if (node) node.replaceChildren(...children.flat());
+  if (node) node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
 }
 
 const dash = "–";
@@ -253,7 +253,7 @@ function renderRate(series) {
   chart("rate-chart", {
     height: 220,
     series: [{}, ...pools.map((pool, i) => ({
-      label: pool, stroke: PALETTE[i % PALETTE.length], width: 2,
+      label: pool, stroke: PALETTE[i % PALETTE.length], width: 2, points: { show: false },
       value: (u, v) => (v === null ? dash : v.toFixed(2)),
     }))],
     axes: [{}, { label: "req/s" }],
@@ -302,6 +302,13 @@ async function refreshTraffic() {
   renderRecent(recent.requests);
 }
 
+// The classifier's features that fired (non-zero, true or named), as short chips.
+function features(all) {
+  return Object.entries(all)
+    .filter(([, v]) => v !== 0 && v !== false && v !== null && v !== "none" && v !== "")
+    .map(([k, v]) => el("code", { class: "chip" }, v === true ? k : `${k}=${typeof v === "number" ? +v.toFixed(3) : v}`));
+}
+
 function renderExplain(result) {
   const c = result.classification;
   fill("explain-result",
@@ -309,8 +316,8 @@ function renderExplain(result) {
       ["chosen", el("b", {}, result.chosen || "none")],
       ["reason", result.reason],
       ["class", `${c.label}${c.overridden ? " (overridden)" : ""}: ${c.reason}`],
-      ["features", el("code", {}, JSON.stringify(c.features))],
-      ["weights", el("code", {}, JSON.stringify(result.weights))],
+      ["features", el("span", { class: "features" }, features(c.features))],
+      ["weights", Object.entries(result.weights).map(([k, v]) => `${k} ${v}`).join(" · ")],
     ]),
     table([
       ["#", (r) => r.rank, "n"],
@@ -400,8 +407,16 @@ async function refreshVerification() {
 }
 
 // -- canary ----------------------------------------------------------------------------------
-function interval(value) {
-  return Array.isArray(value) ? `[${value.map((v) => Number(v).toFixed(3)).join(", ")}]` : value;
+// An evidence value: a number, an interval [lo, hi], or a nested record (the checks).
+function evidence(value) {
+  if (value === null || value === undefined) return dash;
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(3);
+  if (Array.isArray(value)) return `[${value.map((v) => Number(v).toFixed(3)).join(", ")}]`;
+  if (typeof value === "object") {
+    return Object.entries(value).map(([k, v]) =>
+      `${k}: ${v === true ? "pass" : v === false ? "fail" : v === null ? "not enough data" : evidence(v)}`).join(" · ");
+  }
+  return String(value);
 }
 
 function renderCanary(c) {
@@ -430,8 +445,7 @@ function renderCanary(c) {
   fill("canary-ramp", c.ramp.map((share, i) => el("div", {
     class: `step${i === c.step ? " current" : ""}${i < c.step || c.state === "promoted" ? " done" : ""}`,
   }, el("b", {}, `step ${i + 1}`), el("span", {}, pct(share)))));
-  fill("canary-evidence", kv(Object.entries(c.evidence || {}).map(([k, v]) => [k.replaceAll("_", " "),
-    v === null ? dash : typeof v === "number" ? Number(v).toFixed(Number.isInteger(v) ? 0 : 3) : interval(v)])));
+  fill("canary-evidence", kv(Object.entries(c.evidence || {}).map(([k, v]) => [k.replaceAll("_", " "), evidence(v)])));
   fill("canary-history", table([
     ["time", (h) => when(h.ts)],
     ["action", (h) => el("b", {}, h.action)],
