@@ -31,6 +31,7 @@ def feed(ring: RecentRequests, outcome: Outcome, rid: str) -> None:
 def test_rows_newest_first_with_reason_and_latencies() -> None:
     clock = Clock()
     ring = RecentRequests(lambda d: f"why {d.request.request_id}", size=3, clock=clock)
+    ring.latest(1)  # someone watches: reasons are recorded
     for i in range(5):
         clock.now += 1
         feed(ring, finished("eagle3", "chat", 0.02 * (i + 1), 11), f"r{i}")
@@ -40,6 +41,19 @@ def test_rows_newest_first_with_reason_and_latencies() -> None:
     assert rows[0]["ttft_s"] == 0.1
     assert abs(rows[0]["tpot_s"] - 0.01) < 1e-9  # type: ignore[operator]
     assert ring.latest(0) == []
+
+
+def test_reasons_are_written_only_while_someone_reads_the_rows() -> None:
+    clock = Clock()
+    calls: list[str] = []
+    ring = RecentRequests(lambda d: calls.append("x") or "why", clock=clock)
+    feed(ring, finished("eagle3", "chat", 0.1, 5), "unwatched")
+    assert ring.latest(1)[0]["reason"] is None and calls == []
+    feed(ring, finished("eagle3", "chat", 0.1, 5), "watched")
+    assert ring.latest(1)[0]["reason"] == "why"
+    clock.now += 60  # the page was closed
+    feed(ring, finished("eagle3", "chat", 0.1, 5), "later")
+    assert ring.latest(1)[0]["reason"] is None and len(calls) == 1
 
 
 def test_traffic_groups_by_pool_and_class_within_the_window() -> None:

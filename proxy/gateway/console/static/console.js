@@ -286,7 +286,9 @@ function renderRecent(rows) {
     ["class", (r) => r.label],
     ["backend", (r) => el("b", {}, r.backend)],
     ["pool", (r) => r.pool],
-    ["reason", (r) => el("span", { class: "reason" }, r.reason)],
+    ["reason", (r) => (r.reason === null
+      ? el("span", { class: "empty" }, "(before this page was open)")
+      : el("span", { class: "reason" }, r.reason))],
     ["status", (r) => (r.ok ? badge(String(r.status), "good") : badge(String(r.status || r.error || "?"), "bad"))],
     ["load", (r) => num(r.load), "n"],
     ["TTFT", (r) => ms(r.ttft_s), "n"],
