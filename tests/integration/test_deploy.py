@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from proxy.check import ModelResolver, check_deployment, load_launch_config
+from proxy.check import ModelResolver, check_deployment
 from proxy.cli import build_parser
 from proxy.gateway.app import create_app
 from proxy.gateway.handler import Gateway
@@ -190,10 +190,11 @@ def test_specroute_check_passes_the_overlay_policy(rendered: Rendered) -> None:
     report = check_deployment(load_policy(path), path, ModelResolver())
     assert report.ok, [str(f) for f in report.findings]
     assert report.engines_checked == len(rendered.engines())
+    # The overlays' engines run the repository's GPU launch configs, not copies.
     for backend in load_policy(path).backends:
         assert backend.launch_config is not None
-        launch = load_launch_config(path.parent / backend.launch_config)
-        assert launch.path.is_relative_to(path.parent)
+        named = (path.parent / backend.launch_config).resolve()
+        assert named.is_relative_to(REPO / "deploy/vllm/gpu"), named
 
 
 # -- the gateway ------------------------------------------------------------------------
