@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,6 +84,21 @@ def test_monitoring_resources_are_well_formed(rendered: Rendered) -> None:
             assert r["alert"][0].isupper()
             assert r["expr"].strip()
             assert r["labels"]["severity"] in {"critical", "warning", "info"}
+
+
+def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    """The PrometheusRule's groups are a Prometheus rule file: promtool parses every expression."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed (it comes with Prometheus)"
+    rule = yaml.safe_load(
+        (REPO / "deploy/kubernetes/components/monitoring/prometheusrule.yaml").read_text()
+    )
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    checked = subprocess.run(
+        [promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 async def test_alert_rules_use_only_metrics_the_gateway_exports() -> None:
