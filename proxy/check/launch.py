@@ -60,15 +60,25 @@ def _speculative(raw: Any, path: Path) -> SpeculativeLaunch | None:
             raise LaunchConfigError(f"{path}: speculative-config is not JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise LaunchConfigError(f"{path}: speculative-config must be a mapping")
-    tokens = raw.get("num_speculative_tokens")
-    draft_tp = raw.get("draft_tensor_parallel_size")
     return SpeculativeLaunch(
         method=None if raw.get("method") is None else str(raw["method"]),
         model=None if raw.get("model") is None else str(raw["model"]),
-        num_speculative_tokens=None if tokens is None else int(tokens),
-        draft_tensor_parallel_size=None if draft_tp is None else int(draft_tp),
+        num_speculative_tokens=_optional_int(raw, "num_speculative_tokens", path),
+        draft_tensor_parallel_size=_optional_int(raw, "draft_tensor_parallel_size", path),
         heterogeneous_vocab=bool(raw.get("use_heterogeneous_vocab", False)),
     )
+
+
+def _optional_int(raw: dict[str, Any], key: str, path: Path) -> int | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise LaunchConfigError(f"{path}: {key} must be a whole number, not {value!r}")
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise LaunchConfigError(f"{path}: {key} must be a whole number, not {value!r}") from exc
 
 
 def load_launch_config(path: Path) -> LaunchConfig:
@@ -83,10 +93,7 @@ def load_launch_config(path: Path) -> LaunchConfig:
     opts = _normalised(raw)
     served = opts.get("served-model-name") or ()
     names = (served,) if isinstance(served, str) else tuple(str(n) for n in served)
-    try:
-        tp = int(opts.get("tensor-parallel-size", 1))
-    except (TypeError, ValueError) as exc:
-        raise LaunchConfigError(f"{path}: tensor-parallel-size is not a number") from exc
+    tp = _optional_int(opts, "tensor-parallel-size", path) or 1
     return LaunchConfig(
         path=path,
         model=None if opts.get("model") is None else str(opts["model"]),

@@ -60,7 +60,7 @@ class Fleet:
         return [str(f) for f in report.findings]
 
 
-def _spec(method: str, k: int, **extra: Any) -> dict[str, Any]:
+def _spec(method: str, k: int | str, **extra: Any) -> dict[str, Any]:
     return {"method": method, "num_speculative_tokens": k, **extra}
 
 
@@ -248,3 +248,12 @@ def test_launch_configs_read_like_vllm_reads_them(tmp_path: Path) -> None:
     assert launch.speculative is not None
     assert (launch.speculative.method, launch.speculative.num_speculative_tokens) == ("eagle3", 2)
     assert launch.per_request_metrics == "none"
+
+
+def test_unreadable_launch_configs_are_refused_with_the_reason(fleet: Fleet) -> None:
+    fleet.launch("ngram", **{"speculative-config": _spec("ngram", "four")})
+    (fleet.root / "engines" / "plain.yaml").unlink()
+    findings = fleet.check()
+    assert any("plain.yaml: cannot read" in f for f in findings)
+    assert any("num_speculative_tokens must be a whole number, not 'four'" in f for f in findings)
+    assert all(f.startswith("error: ") for f in findings)
