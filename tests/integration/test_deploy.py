@@ -274,9 +274,12 @@ def test_gateway_runs_hardened_with_probes_budget_and_autoscaling(rendered: Rend
     assert selects(budget["spec"]["selector"]["matchLabels"], labels)
     [hpa] = rendered.of_kind("HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"]["name"] == GATEWAY
-    assert (
-        hpa["spec"]["minReplicas"] <= deployment["spec"]["replicas"] <= hpa["spec"]["maxReplicas"]
-    )
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    # The autoscaler owns the replica count; a fixed one would be reset by every apply.
+    assert "replicas" not in deployment["spec"]
+    # The image's user (Dockerfile: useradd --uid) is the one the pod runs as.
+    uid = re.search(r"useradd .*--uid (\d+)", (REPO / "Dockerfile").read_text())
+    assert uid and pod["securityContext"]["runAsUser"] == int(uid.group(1))
 
 
 def test_only_the_gateway_reaches_engines_and_redis(rendered: Rendered) -> None:
