@@ -16,8 +16,10 @@ one that only shows on the GPU node minutes into a rollout:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 from proxy.check.launch import LaunchConfig, LaunchConfigError, load_launch_config
@@ -27,14 +29,16 @@ from proxy.policy import BackendSpec, Policy
 Level = Literal["error", "warning"]
 
 # Policy method -> vLLM speculative-config methods that implement it.
-_VLLM_METHODS: dict[str, frozenset[str]] = {
-    "ngram": frozenset({"ngram", "ngram_gpu"}),
-    "suffix": frozenset({"suffix"}),
-    "draft_model": frozenset({"draft_model"}),
-    "eagle": frozenset({"eagle"}),
-    "eagle3": frozenset({"eagle3"}),
-    "mtp": frozenset({"mtp"}),
-}
+_VLLM_METHODS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "ngram": frozenset({"ngram", "ngram_gpu"}),
+        "suffix": frozenset({"suffix"}),
+        "draft_model": frozenset({"draft_model"}),
+        "eagle": frozenset({"eagle"}),
+        "eagle3": frozenset({"eagle3"}),
+        "mtp": frozenset({"mtp"}),
+    }
+)
 # Methods whose drafter is a separate checkpoint with its own config.json.
 _DRAFT_CHECKPOINT = frozenset({"draft_model", "eagle", "eagle3"})
 

@@ -257,3 +257,10 @@ def test_unreadable_launch_configs_are_refused_with_the_reason(fleet: Fleet) -> 
     assert any("plain.yaml: cannot read" in f for f in findings)
     assert any("num_speculative_tokens must be a whole number, not 'four'" in f for f in findings)
     assert all(f.startswith("error: ") for f in findings)
+
+
+def test_the_shipped_default_policy_matches_its_gpu_launch_configs() -> None:
+    path = Path(__file__).resolve().parents[3] / "policies" / "default.yaml"
+    report = check_deployment(load_policy(path), path, ModelResolver())
+    assert report.ok, [str(f) for f in report.findings]
+    assert report.engines_checked == 3
