@@ -19,6 +19,17 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 redis-server --version
 
+# The deployment tests render the Kubernetes overlays: kubectl's built-in kustomize, or the
+# standalone kustomize binary, fetched from its release page into the venv when neither exists.
+if ! command -v kubectl >/dev/null 2>&1 && ! command -v kustomize >/dev/null 2>&1 \
+    && [ ! -x .venv/bin/kustomize ]; then
+  log "installing kustomize into .venv/bin"
+  KUSTOMIZE_VERSION=v5.5.0
+  curl -fsSL "https://github.com/kubernetes-sigs/kustomize/releases/download/kustomize%2F${KUSTOMIZE_VERSION}/kustomize_${KUSTOMIZE_VERSION}_linux_amd64.tar.gz" \
+    | tar -xz -C .venv/bin kustomize
+fi
+export PATH="$PATH:$PWD/.venv/bin"
+
 wants_e2e=1
 for arg in "$@"; do
   case "$arg" in *"not e2e"*) wants_e2e=0 ;; esac
