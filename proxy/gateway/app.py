@@ -20,6 +20,7 @@ from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.admin_review import review_router
 from proxy.gateway.api import public_router
+from proxy.gateway.console import install_console
 from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.upstream import make_upstream
@@ -57,7 +58,7 @@ async def _load_initial(settings: Settings, app: FastAPI) -> PolicyVersion:
         return PolicyVersion.of(text, str(settings.policy_path))
     from proxy.gateway.embedded import start_embedded_fleet
 
-    fleet = await start_embedded_fleet()
+    fleet = await start_embedded_fleet(quiet=not settings.sim_logs)
     app.state.embedded = fleet
     return PolicyVersion.of(fleet.policy_text, "embedded default fleet")
 
@@ -196,7 +197,6 @@ def _relay_route(path: str, kind: Endpoint) -> Route:
 StartupHook = Callable[[FastAPI], Awaitable[None]]
 
 
-
 class GatewayApp(FastAPI):
     """FastAPI for the control plane; the two relayed endpoints are dispatched before
     FastAPI's middleware stack (~30-40 us per request measured), straight to the relay."""
@@ -231,6 +231,7 @@ def create_app(
     app.include_router(public_router())
     app.include_router(admin_router())
     app.include_router(review_router())
+    install_console(app)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
