@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.routing.fleet import BackendState
-from proxy.routing.scheduler.base import SchedulingContext
+from proxy.routing.scheduler.base import BackendNote, SchedulingContext
 
 
 class ModelFilter:
@@ -73,11 +73,11 @@ class AcceptanceFloorFilter:
                 kept.append(backend)
             elif ctx.forced is None and tracker.take_probe(name, label):
                 # A probe must really reach the backend, whatever the scorers think.
-                ctx.notes[name] = "acceptance probe"
+                ctx.notes[name] = BackendNote.ACCEPTANCE_PROBE
                 ctx.forced = name
                 kept.append(backend)
             else:
-                ctx.notes[name] = "acceptance below floor"
+                ctx.notes[name] = BackendNote.BELOW_FLOOR
         return kept
 
 
@@ -89,7 +89,7 @@ class CanaryFilter:
     soft = True
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        canary = ctx.extras.get("canary")
+        canary = ctx.canary
         if canary is None:
             return backends
         verdict = canary.assign(ctx.request)
@@ -99,6 +99,6 @@ class CanaryFilter:
         if verdict == "candidate":
             only = [b for b in backends if b.name in candidates]
             if only:
-                ctx.notes.update(dict.fromkeys((b.name for b in only), "canary"))
+                ctx.notes.update(dict.fromkeys((b.name for b in only), BackendNote.CANARY))
                 return only
         return [b for b in backends if b.name not in candidates]
