@@ -27,6 +27,8 @@ class HealthyFilter:
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
         exclude = ctx.request.exclude
+        if not exclude:  # the common case: a first attempt
+            return [b for b in backends if b.healthy]
         return [b for b in backends if b.healthy and b.name not in exclude]
 
 

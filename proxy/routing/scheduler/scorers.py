@@ -197,9 +197,18 @@ class LoadScorer:
         # Utilisation per pending prompt token (multiplied, not divided, on the hot path).
         self.per_prefill_token = 1.0 / prefill_tokens_full if prefill_tokens_full else 0.0
 
+    def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
+        return self._pass(backends, scores=True)
+
     def utilisations(self, backends: Sequence[BackendState]) -> list[float]:
-        """The unclamped utilisation of the class docstring, per backend: the one place the
-        formula is written (the request path evaluates it for every backend)."""
+        """The unclamped utilisation of the class docstring, per backend."""
+        return self._pass(backends, scores=False)
+
+    def _pass(self, backends: Sequence[BackendState], *, scores: bool) -> list[float]:
+        """The one place the formula is written: per backend, the score ``1 - min(util,
+        1)`` or, with ``scores=False``, the utilisation itself (for explanations). One
+        loop, not a utilisation pass and a score pass: the request path runs it over the
+        whole fleet."""
         penalty = self.waiting_penalty
         per_token = self.per_prefill_token
         out: list[float] = []
@@ -212,11 +221,8 @@ class LoadScorer:
                 util += per_token * b.prefill_pending
             if b.waiting:
                 util += penalty * b.waiting
-            append(util)
+            append((0.0 if util >= 1.0 else 1.0 - util) if scores else util)
         return out
-
-    def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
-        return [0.0 if util >= 1.0 else 1.0 - util for util in self.utilisations(backends)]
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         limit = backend.max_concurrency
