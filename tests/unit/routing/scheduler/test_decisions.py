@@ -96,11 +96,13 @@ def hysteresis(s: Scheduler, b: BackendState, was_on: bool) -> bool:
 def reference_totals(
     s: Scheduler, request: RequestInfo, backends: Sequence[BackendState]
 ) -> list[float]:
-    """Each backend's total with every scorer run on that backend alone."""
+    """Each backend's total with every scorer run on that backend alone, by scorers built
+    afresh (so nothing a scorer caches between requests can go stale unnoticed)."""
     ctx = SchedulingContext(request, s.fleet, s.policy, s.acceptance, s.break_even)
+    scorers = Scheduler.build_profile(s.policy).scorers
     totals = []
     for b in backends:
-        total = sum(w * scorer.score_all(ctx, [b])[0] for scorer, w in s._profile.scorers)
+        total = sum(w * scorer.score_all(ctx, [b])[0] for scorer, w in scorers)
         totals.append(total * b.weight if s.fleet.weighted else total)
     return totals
 
