@@ -55,13 +55,9 @@ class MaxScorePicker:
         return ordered
 
 
-class RandomPicker:
-    """Uniform random order (a baseline for comparisons)."""
-
-    name = "random"
-
-    def __init__(self, seed: int | None = None) -> None:
-        self._random = random.Random(seed)
+class _HeadOfOrder:
+    """A picker whose first choice is the head of its order: ordering moves its state (a
+    shuffle, a rotation), so the request path takes one order, not a separate choice."""
 
     def first(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
@@ -71,23 +67,32 @@ class RandomPicker:
     def order(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
     ) -> list[int]:
+        raise NotImplementedError
+
+
+class RandomPicker(_HeadOfOrder):
+    """Uniform random order (a baseline for comparisons)."""
+
+    name = "random"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._random = random.Random(seed)
+
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
         ordered = list(range(len(backends)))
         self._random.shuffle(ordered)
         return ordered
 
 
-class RoundRobinPicker:
+class RoundRobinPicker(_HeadOfOrder):
     """Rotate through the candidates in name order (what simple gateways do)."""
 
     name = "round_robin"
 
     def __init__(self) -> None:
         self._turn = 0
-
-    def first(
-        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
-    ) -> int:
-        return self.order(ctx, backends, totals)[0]
 
     def order(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]

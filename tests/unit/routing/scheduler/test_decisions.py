@@ -200,7 +200,7 @@ class LastNamePicker:
     def first(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
     ) -> int:
-        return self.order(ctx, backends, totals)[0]
+        return max(range(len(backends)), key=lambda i: backends[i].name)
 
     def order(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
