@@ -27,6 +27,7 @@ from proxy.routing.scheduler.base import (
     SchedulingContext,
     Scorer,
 )
+from proxy.routing.scheduler.scorers import BuiltinScorers
 
 # Scorers whose explanation is the route header's reason (when they carry weight).
 ROUTE_SCORERS = ("break_even", "acceptance")
@@ -88,6 +89,8 @@ class _Profile:
     filters: tuple[Filter, ...]
     scorers: tuple[tuple[Scorer, float], ...]
     picker: Picker
+    # The scorers in one pass, when they are all built-in (else None: one call each).
+    builtin: BuiltinScorers | None
     # The weighted scorers that explain a route (ROUTE_SCORERS), in policy order.
     route_scorers: tuple[Scorer, ...]
     # Whether a weighted break-even scorer decides: the route's kind then says whether the
@@ -123,6 +126,7 @@ class Scheduler:
             filters=tuple(registry.build_filter(spec) for spec in routing.filters),
             scorers=scorers,
             picker=registry.build_picker(routing.picker),
+            builtin=BuiltinScorers.of(scorers),
             route_scorers=tuple(s for s in weighted if s.name in ROUTE_SCORERS),
             break_even_decides=any(s.name == "break_even" for s in weighted),
         )
@@ -185,6 +189,8 @@ class Scheduler:
     ) -> list[float]:
         """Each backend's weighted score (times its policy weight); each scorer's own
         scores go into ``per_plugin`` when it is given."""
+        if per_plugin is None and profile.builtin is not None:
+            return profile.builtin.totals(ctx, backends, self.fleet.weighted)
         columns: list[tuple[float, Sequence[float]]] = []
         for scorer, weight in profile.scorers:
             values = scorer.score_all(ctx, backends)

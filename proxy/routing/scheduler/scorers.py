@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.policy import BackendSpec
 from proxy.routing.fleet import BackendState
@@ -41,8 +41,7 @@ class BreakEvenScorer:
         self.plain_score = plain_score
 
     def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
-        plain = self.plain_score
-        return [(1.0 if b.spec_on else 0.0) if b.speculative else plain for b in backends]
+        return BuiltinScorers(break_even=self, break_even_weight=1.0).totals(ctx, backends)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
@@ -108,7 +107,7 @@ class AcceptanceScorer:
         k = max(backend.k, 1)
         return k, 1.0 + k * (self.verify_cost + DRAFT_COST.get(backend.method, 0.1))
 
-    def _lines_for(self, ctx: SchedulingContext, label: str) -> dict[str, _Line]:
+    def lines_for(self, ctx: SchedulingContext, label: str) -> dict[str, _Line]:
         priors = ctx.policy.acceptance.priors
         if priors is not self._priors:
             self._lines.clear()
@@ -123,11 +122,11 @@ class AcceptanceScorer:
         inv_span = 1.0 / (self.max_speedup - 1.0)
         prior = (ctx.policy.acceptance.priors.get(backend.method) or {}).get(label)
         line = _Line(backend.spec, k / cost * inv_span, (1.0 / cost - 1.0) * inv_span, prior)
-        self._lines_for(ctx, label)[backend.name] = line
+        self.lines_for(ctx, label)[backend.name] = line
         return line
 
     @staticmethod
-    def _fallback(line: _Line, backend: BackendState) -> tuple[float, str]:
+    def fallback(line: _Line, backend: BackendState) -> tuple[float, str]:
         """The rate to assume until measured, and where it comes from."""
         if line.prior is not None:
             return line.prior, "prior"
@@ -136,33 +135,23 @@ class AcceptanceScorer:
         return 0.5, "prior"
 
     def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
-        label = ctx.request.label
-        measured = ctx.acceptance.usable.get(label) or {}
-        lines = self._lines_for(ctx, label)
-        out: list[float] = []
-        append = out.append
-        for b in backends:
-            if not b.speculative:
-                append(0.0)
-                continue
-            line = lines.get(b.name)
-            if line is None or line.spec is not b.spec:
-                line = self._build(ctx, label, b)
-            a = measured.get(b.name)
-            if a is None:
-                a = self._fallback(line, b)[0]
-            append(line.score if a == line.rate else line.rescore(a))
-        return out
+        return BuiltinScorers(acceptance=self, acceptance_weight=1.0).totals(ctx, backends)
+
+    def line(self, ctx: SchedulingContext, label: str, backend: BackendState) -> _Line:
+        """This backend's line for the class (built on first use, rebuilt when its spec or
+        the policy's priors change)."""
+        line = self.lines_for(ctx, label).get(backend.name)
+        if line is None or line.spec is not backend.spec:
+            line = self._build(ctx, label, backend)
+        return line
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
             return "no speculation"
         label = ctx.request.label
-        line = self._lines_for(ctx, label).get(backend.name)
-        if line is None or line.spec is not backend.spec:
-            line = self._build(ctx, label, backend)
+        line = self.line(ctx, label, backend)
         a = (ctx.acceptance.usable.get(label) or {}).get(backend.name)
-        a, source = (a, "measured") if a is not None else self._fallback(line, backend)
+        a, source = (a, "measured") if a is not None else self.fallback(line, backend)
         speedup = 1.0 + line.gain(a) * (self.max_speedup - 1.0)
         return f"acceptance {a:.2f} ({source}), speed-up {speedup:.2f}x"
 
@@ -198,31 +187,7 @@ class LoadScorer:
         self.per_prefill_token = 1.0 / prefill_tokens_full if prefill_tokens_full else 0.0
 
     def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
-        return self._pass(backends, scores=True)
-
-    def utilisations(self, backends: Sequence[BackendState]) -> list[float]:
-        """The unclamped utilisation of the class docstring, per backend."""
-        return self._pass(backends, scores=False)
-
-    def _pass(self, backends: Sequence[BackendState], *, scores: bool) -> list[float]:
-        """The one place the formula is written: per backend, the score ``1 - min(util,
-        1)`` or, with ``scores=False``, the utilisation itself (for explanations). One
-        loop, not a utilisation pass and a score pass: the request path runs it over the
-        whole fleet."""
-        penalty = self.waiting_penalty
-        per_token = self.per_prefill_token
-        out: list[float] = []
-        append = out.append
-        for b in backends:
-            util = (b.local_inflight + b.others_inflight) / b.max_concurrency
-            if b.kv_usage > util:
-                util = b.kv_usage
-            if b.prefill_pending:
-                util += per_token * b.prefill_pending
-            if b.waiting:
-                util += penalty * b.waiting
-            append((0.0 if util >= 1.0 else 1.0 - util) if scores else util)
-        return out
+        return BuiltinScorers(load=self, load_weight=1.0).totals(ctx, backends)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         limit = backend.max_concurrency
@@ -235,4 +200,89 @@ class LoadScorer:
             parts[-1] += f" ({self.per_prefill_token * backend.prefill_pending:.0%} of full)"
         if backend.waiting:
             parts.append(f"waiting {backend.waiting:g}")
-        return f"{', '.join(parts)}: utilisation {self.utilisations([backend])[0]:.0%}"
+        score = self.score_all(ctx, [backend])[0]
+        # The score is 1 - utilisation, down to 0 at full: past full, the terms above say
+        # by how much.
+        utilisation = f"{1.0 - score:.0%}" if score > 0.0 else ">= 100%"
+        return f"{', '.join(parts)}: utilisation {utilisation}"
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinScorers:
+    """The built-in scorers of a profile (None: absent or weight 0) and their weights,
+    scored in one pass: the one place their formulas are written.
+
+    Each built-in scorer's ``score_all`` is this pass with itself alone at weight 1; the
+    scheduler runs it once with all of them when a profile's scorers are all built-in,
+    each kind once (``of``), because a pass per scorer and one more to add them up cost
+    more than the arithmetic with 64 backends (loadtests/README.md, routing decision time).
+    """
+
+    break_even: BreakEvenScorer | None = None
+    break_even_weight: float = 0.0
+    acceptance: AcceptanceScorer | None = None
+    acceptance_weight: float = 0.0
+    load: LoadScorer | None = None
+    load_weight: float = 0.0
+
+    @classmethod
+    def of(cls, scorers: Sequence[tuple[object, float]]) -> BuiltinScorers | None:
+        """The one-pass form of a profile's scorers, or None when one is not built-in or a
+        kind is there twice."""
+        kinds = [type(scorer) for scorer, _ in scorers]
+        if len(set(kinds)) != len(kinds):
+            return None
+        found = cls()
+        for scorer, weight in scorers:
+            if isinstance(scorer, BreakEvenScorer):
+                found = replace(found, break_even=scorer, break_even_weight=weight)
+            elif isinstance(scorer, AcceptanceScorer):
+                found = replace(found, acceptance=scorer, acceptance_weight=weight)
+            elif isinstance(scorer, LoadScorer):
+                found = replace(found, load=scorer, load_weight=weight)
+            else:
+                return None
+        return found
+
+    def totals(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], weighted: bool = False
+    ) -> list[float]:
+        """Per backend, the weighted sum of the scores (times its policy weight when
+        ``weighted``), added in the order break-even, acceptance, load."""
+        be, acc, load = self.break_even, self.acceptance, self.load
+        w_be, w_acc, w_load = self.break_even_weight, self.acceptance_weight, self.load_weight
+        be_on = be is not None and w_be != 0.0
+        plain_total = w_be * be.plain_score if be is not None and be_on else 0.0
+        label = ctx.request.label
+        measured = ctx.acceptance.usable.get(label) or {}
+        lines = acc.lines_for(ctx, label) if acc is not None and w_acc else None
+        per_token = load.per_prefill_token if load is not None and w_load else None
+        penalty = load.waiting_penalty if load is not None else 0.0
+        out: list[float] = []
+        append = out.append
+        for b in backends:
+            total = 0.0
+            if not b.speculative:
+                total = plain_total
+            else:
+                if be_on and b.spec_on:
+                    total = w_be
+                if lines is not None and acc is not None:
+                    line = lines.get(b.name)
+                    if line is None or line.spec is not b.spec:
+                        line = acc.line(ctx, label, b)
+                    a = measured.get(b.name)
+                    if a is None:
+                        a = acc.fallback(line, b)[0]
+                    total += w_acc * (line.score if a == line.rate else line.rescore(a))
+            if per_token is not None:
+                util = (b.local_inflight + b.others_inflight) / b.max_concurrency
+                if b.kv_usage > util:
+                    util = b.kv_usage
+                if b.prefill_pending:
+                    util += per_token * b.prefill_pending
+                if b.waiting:
+                    util += penalty * b.waiting
+                total += w_load * (0.0 if util >= 1.0 else 1.0 - util)
+            append(total * b.weight if weighted else total)
+        return out
