@@ -137,7 +137,7 @@ class BreakEvenModel:
             pool = backend.pool
             band = bands.get(pool)
             off_at, on_at = band if band is not None else self.band(pool)
-            load = backend.local_inflight + backend.others_inflight
+            load = backend.inflight
             if backend.spec_on:
                 if load >= off_at:
                     backend.spec_on = False

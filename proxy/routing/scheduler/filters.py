@@ -49,7 +49,7 @@ class CapacityFilter:
     soft = False
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        return [b for b in backends if b.local_inflight + b.others_inflight < b.max_concurrency]
+        return [b for b in backends if b.inflight < b.max_concurrency]
 
 
 class AcceptanceFloorFilter:

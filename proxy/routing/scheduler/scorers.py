@@ -276,7 +276,7 @@ class BuiltinScorers:
                         a = acc.fallback(line, b)[0]
                     total += w_acc * (line.score if a == line.rate else line.rescore(a))
             if per_token is not None:
-                util = (b.local_inflight + b.others_inflight) / b.max_concurrency
+                util = b.inflight / b.max_concurrency
                 if b.kv_usage > util:
                     util = b.kv_usage
                 if b.prefill_pending:
