@@ -27,6 +27,7 @@ from proxy.routing.scheduler.base import (
     SchedulingContext,
     Scorer,
 )
+from proxy.routing.scheduler.filters import BuiltinFilters
 from proxy.routing.scheduler.scorers import BuiltinScorers
 
 # Scorers whose explanation is the route header's reason (when they carry weight).
@@ -89,6 +90,8 @@ class _Profile:
     filters: tuple[Filter, ...]
     scorers: tuple[tuple[Scorer, float], ...]
     picker: Picker
+    # The leading built-in filters in one pass (None: each filter on its own).
+    leading: BuiltinFilters | None
     # The scorers in one pass, when they are all built-in (else None: one call each).
     builtin: BuiltinScorers | None
     # The weighted scorers that explain a route (ROUTE_SCORERS), in policy order.
@@ -122,10 +125,12 @@ class Scheduler:
         routing = policy.routing
         scorers = tuple((registry.build_scorer(spec), spec.weight) for spec in routing.scorers)
         weighted = [scorer for scorer, weight in scorers if weight > 0]
+        filters = tuple(registry.build_filter(spec) for spec in routing.filters)
         return _Profile(
-            filters=tuple(registry.build_filter(spec) for spec in routing.filters),
+            filters=filters,
             scorers=scorers,
             picker=registry.build_picker(routing.picker),
+            leading=BuiltinFilters.leading(filters),
             builtin=BuiltinScorers.of(scorers),
             route_scorers=tuple(s for s in weighted if s.name in ROUTE_SCORERS),
             break_even_decides=any(s.name == "break_even" for s in weighted),
@@ -166,7 +171,12 @@ class Scheduler:
         """The backends every filter keeps (a soft filter that would keep none is
         skipped); when ``dropped`` is given, which filter dropped each of the others."""
         backends: list[BackendState] = list(self.fleet.backends.values())
-        for flt in profile.filters:
+        filters: Sequence[Filter] = profile.filters
+        leading = profile.leading
+        if leading is not None and dropped is None and (ctx.canary is None or not leading.canary):
+            backends = leading.apply(ctx, backends)
+            filters = filters[leading.count :] if backends else ()
+        for flt in filters:
             kept = flt.filter(ctx, backends)
             if not kept and flt.soft:
                 continue
