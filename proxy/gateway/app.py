@@ -19,6 +19,7 @@ from starlette.routing import Route
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
+from proxy.gateway.console import install_console
 from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.upstream import make_upstream
@@ -55,7 +56,7 @@ async def _load_initial(settings: Settings, app: FastAPI) -> PolicyVersion:
         return PolicyVersion.of(text, str(settings.policy_path))
     from proxy.gateway.embedded import start_embedded_fleet
 
-    fleet = await start_embedded_fleet()
+    fleet = await start_embedded_fleet(quiet=not settings.sim_logs)
     app.state.embedded = fleet
     return PolicyVersion.of(fleet.policy_text, "embedded default fleet")
 
@@ -225,6 +226,7 @@ def create_app(
         app.router.routes.append(_relay_route(path, kind))
     app.include_router(public_router())
     app.include_router(admin_router())
+    install_console(app)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
