@@ -53,7 +53,8 @@ class Decision:
 
     request: RequestInfo
     chosen: Candidate | None
-    context: SchedulingContext
+    # What the plugins saw and noted (None: a decision not made by a scheduler).
+    context: SchedulingContext | None = None
     dropped: dict[str, str] = field(default_factory=dict)
     # Either the picker's full order (explaining), or what it is built from on demand:
     # the scored backends and their totals.
@@ -63,7 +64,7 @@ class Decision:
 
     @property
     def notes(self) -> dict[str, BackendNote]:
-        return self.context.notes
+        return self.context.notes if self.context is not None else {}
 
     @property
     def ordered(self) -> list[Candidate]:
@@ -152,15 +153,7 @@ class Scheduler:
 
     def schedule(self, request: RequestInfo, *, explain: bool = False) -> Decision:
         profile = self._profile
-        ctx = SchedulingContext(
-            request,
-            self.fleet,
-            self.policy,
-            self.acceptance,
-            self.break_even,
-            self.canary,
-            explain=explain,
-        )
+        ctx = self._context(request, explain)
         dropped: dict[str, str] | None = {} if explain else None
         backends = self._filter(profile, ctx, dropped)
         # The hysteresis state moves here, before scoring, and nowhere else.
@@ -173,6 +166,17 @@ class Scheduler:
         first = profile.picker.first(ctx, backends, totals)
         chosen = Candidate(backends[first], totals[first])
         return Decision(request, chosen, ctx, backends=backends, totals=totals)
+
+    def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
+        return SchedulingContext(
+            request,
+            self.fleet,
+            self.policy,
+            self.acceptance,
+            self.break_even,
+            self.canary,
+            explain=explain,
+        )
 
     def _filter(
         self, profile: _Profile, ctx: SchedulingContext, dropped: dict[str, str] | None
@@ -249,7 +253,7 @@ class Scheduler:
         if chosen is None:
             return RouteReason(RouteKind.NONE, "no eligible backend")
         backend = chosen.backend
-        ctx = decision.context
+        ctx = decision.context or self._context(decision.request)
         note = decision.notes.get(backend.name)
         parts: list[str] = [note] if note else []
         parts += [scorer.explain(ctx, backend) for scorer in self._profile.route_scorers]
@@ -271,7 +275,8 @@ class Scheduler:
     def explain(self, decision: Decision) -> dict[str, Any]:
         """Every backend's per-plugin scores and notes, for /admin/explain."""
         ctx = decision.context
-        assert ctx.explain, "schedule(..., explain=True) first"
+        if ctx is None or not ctx.explain:
+            raise ValueError("explain() needs a decision from schedule(..., explain=True)")
         scorers = self._profile.scorers
         rows = [
             {

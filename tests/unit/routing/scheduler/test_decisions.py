@@ -111,6 +111,7 @@ def check_choice(d: Decision) -> None:
     """The first choice is the forced backend, else one with the highest total."""
     if d.chosen is None:
         return
+    assert d.context is not None
     if d.context.forced is not None:
         assert d.chosen.backend.name == d.context.forced
     else:
