@@ -85,8 +85,9 @@ class Filter(Protocol):
 class Scorer(Protocol):
     """Rates backends in [0, 1], all of a request's eligible backends in one call.
 
-    ``score_all`` must not change any state: the break-even hysteresis, the one state a
-    score depends on that moves with load, is advanced by the scheduler before scoring.
+    ``score_all`` must not change anything a decision depends on (a cache of its own is
+    fine): the break-even hysteresis, the one such state that moves with load, is advanced
+    by the scheduler (``BreakEvenModel.update``) before scoring, and scorers only read it.
     """
 
     name: str
