@@ -91,7 +91,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = app.state.store_override or make_store(settings, initial.policy.store.redis_url)
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
-    gateway = Gateway(settings, initial.policy, store, upstream, metrics)
+    canary = CanaryController(store, metrics)
+    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
+    gateway = Gateway(settings, initial.policy, store, upstream, metrics, canary)
     manager = PolicyManager(
         initial, gateway.apply_policy, gateway.validate_policy, store, settings.policy_path
     )
@@ -107,8 +109,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             lambda: gateway.fleet, gateway.acceptance, gateway.break_even, lambda: gateway.store
         )
     )
-    canary = CanaryController(store, metrics)
-    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
     shadow = ShadowVerifier(gateway.fleet, store, control, metrics, group_listeners=(canary,))
     shadow.configure(initial.policy.shadow)
     gateway.hooks.append(shadow.hook)
@@ -117,7 +117,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.add_collector(
         CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
     )
-    gateway.scheduler.extras["canary"] = canary
     gateway.hooks.append(canary.hook)
     shadow.listeners.append(canary.on_shadow)
     shadow.rate_overrides = canary.shadow_rates
