@@ -35,6 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
             "admin_token": args.admin_token,
             "upstream_client": args.upstream,
             "log_level": args.log_level,
+            "traffic_log_path": args.traffic_log,
         }
     )
     if settings.policy_path is not None:
@@ -136,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-token", default=None)
     serve.add_argument("--upstream", choices=["aiohttp", "httpx"], default=None)
     serve.add_argument("--log-level", default=None)
+    serve.add_argument(
+        "--traffic-log", type=Path, default=None, help="write one JSON line per request here"
+    )
     serve.set_defaults(func=_serve)
 
     policy = sub.add_parser("policy", help="policy tools")

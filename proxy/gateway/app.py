@@ -21,6 +21,7 @@ from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
 from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
+from proxy.gateway.traffic_log import traffic_log
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
 from proxy.policy import load_policy
@@ -116,6 +117,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
     gateway.scheduler.extras["canary"] = canary
     gateway.hooks.append(canary.hook)
+    gateway.hooks += [log.on_outcome for log in traffic_log(settings, store, metrics.registry)]
     shadow.listeners.append(canary.on_shadow)
     shadow.rate_overrides = canary.shadow_rates
     gateway.policy_listeners.append(lambda p: canary.configure(p.canary, p.baseline_speculative()))
@@ -191,7 +193,6 @@ def _relay_route(path: str, kind: Endpoint) -> Route:
 
 
 StartupHook = Callable[[FastAPI], Awaitable[None]]
-
 
 
 class GatewayApp(FastAPI):
