@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +44,10 @@ class SimSpec:
     draft_version: str = ""
 
 
-def scaled_profile(scale: float) -> dict[str, Any]:
-    """The default engine profile with every step cost multiplied by ``scale``."""
-    data = default_profile_data()
+def scaled_profile(scale: float, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An engine profile (the default H200 one unless ``base``) with every step cost
+    multiplied by ``scale``."""
+    data = copy.deepcopy(base) if base is not None else default_profile_data()
     data["name"] = f"{data['name']}-x{scale:g}"
     data["step_ms"] = [[v * scale for v in row] for row in data["step_ms"]]
     data["draft_ms"] = {k: [v * scale for v in row] for k, row in data["draft_ms"].items()}
@@ -61,6 +63,7 @@ class SimFleet:
     time_scale: float
     workdir: Path
     model: str = MODEL
+    profile: dict[str, Any] | None = None  # engine profile data; None: the default (H200)
     services: dict[str, Service] = field(default_factory=dict)
 
     def url(self, name: str) -> str:
@@ -83,7 +86,7 @@ class SimFleet:
 
     async def __aenter__(self) -> SimFleet:
         profile = self.workdir / f"profile-x{self.time_scale:g}.json"
-        profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale)))
+        profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale, self.profile)))
         ports = {s.name: free_port() for s in self.specs}
         args = ["loadtests.sim_host", "--profile", str(profile), "--model", self.model]
         for s in self.specs:
