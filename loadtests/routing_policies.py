@@ -44,9 +44,9 @@ shipped in ``policies/default.yaml`` (n-gram 48, EAGLE-3 64 requests per backend
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from loadtests.simfleet import SimFleet, SimSpec
+from loadtests.simfleet import SimSpec
 
 FLEET: tuple[SimSpec, ...] = (
     SimSpec("plain-0", "plain", seed=11),
@@ -130,8 +130,17 @@ _EXPERIMENT_SCORERS: dict[str, tuple[float, float, float, int]] = {
 }
 
 
+class PolicyFleet(Protocol):
+    """What a policy is built over: simulators, real endpoints, or the planner's fleets."""
+
+    @property
+    def specs(self) -> Sequence[SimSpec]: ...
+
+    def backends(self) -> list[dict[str, Any]]: ...
+
+
 def build_policy(
-    name: str, fleet: SimFleet, break_even: dict[str, float] | None = None
+    name: str, fleet: PolicyFleet, break_even: dict[str, float] | None = None
 ) -> dict[str, Any]:
     """The policy document for ``name`` over ``fleet``'s simulators."""
     everything = fleet.backends()
