@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from loadtests import planner
+from loadtests.own_profile import profile_from_break_even
 from loadtests.prices import resolve_price
 from loadtests.prompts import count_tokens, shaped_prompt
 from loadtests.trace_files import ColumnMap, read_trace, window
 from loadtests.trace_gen import diurnal, steady
 from proxy.routing.classify import Classifier
 from proxy.sim.hardware import GPUS, gpu_profile, step_factor
-from proxy.sim.profile import default_profile
+from proxy.sim.profile import EngineProfile, StepCostModel, default_profile
 from proxy.sim.prompt_class import classify_prompt
 from proxy.sim.request_parsing import render_chat
 
@@ -40,7 +41,7 @@ def test_low_load_chat_is_served_best_by_eagle3_everywhere() -> None:
 def test_saturating_chat_is_served_best_by_plain_engines() -> None:
     # ~200 requests in flight per engine: past the H200 profile's chat break-even for
     # EAGLE-3 k=3 (~128), where a verification step costs more than its ~2 tokens.
-    result = plan_for("chat", rate=260.0, seconds=4.0, lengths=(30, 128))
+    result = plan_for("chat", rate=260.0, seconds=3.5, lengths=(30, 128))
     comp = result["recommended"]["composition"]
     assert comp["plain"] >= 1 and comp["plain"] > comp["ngram"] + comp["eagle3"] - 1
     goodput = {r["name"]: r["overall"]["goodput_rps"] for r in result["stage1"]}
@@ -130,3 +131,25 @@ def test_derived_gpu_profiles_scale_with_bandwidth_and_compute() -> None:
     # Same compute, less bandwidth: the H100 gains least at large, compute-bound steps.
     assert step_factor(256, 6, GPUS["h100"]) < step_factor(1, 1, GPUS["h100"])
     assert gpu_profile("h200") == h200
+
+
+def test_own_hardware_profile_from_a_break_even_run() -> None:
+    h200 = default_profile()
+    costs = StepCostModel(h200)
+    # A GPU twice as slow as the H200 at every measured batch, drafts kept 0.4 of the time.
+    results = {
+        "plain": [
+            {"concurrency": c, "tpot_ms": {"p50": 2 * costs.step_ms(c, 1)}} for c in (1, 16, 128)
+        ],
+        "spec_metrics_acceptance": 0.4,
+        "settings": {"mix": "chat=0.5,code=0.5"},
+    }
+    data = profile_from_break_even(results, "eagle3", 3, "twice-as-slow")
+    profile = EngineProfile.model_validate(data)
+    for i in range(len(h200.batch_sizes)):
+        for j in range(len(h200.query_lens)):
+            assert profile.step_ms[i][j] == pytest.approx(2 * h200.step_ms[i][j], rel=1e-6)
+    a = profile.acceptance["eagle3"]["chat"]
+    assert sum(a**j for j in (1, 2, 3)) / 3 == pytest.approx(0.4, abs=1e-3)
+    assert profile.acceptance["eagle3"]["code"] == a
+    assert profile.acceptance["eagle3"]["rag"] == h200.acceptance["eagle3"]["rag"]
