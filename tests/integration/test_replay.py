@@ -24,6 +24,9 @@ from loadtests.routing_policies import build_policy
 from loadtests.simfleet import MODEL, SimFleet, SimSpec, gateway
 from loadtests.trace_files import TraceRequest, read_trace, window, write_jsonl
 from loadtests.trace_gen import steady
+from loadtests.traffic_export import export
+from proxy.gateway.traffic_log import STORE_LOG
+from proxy.store.memory import MemoryStore
 
 FLEET = (
     SimSpec("plain-0", "plain", seed=1),
@@ -117,3 +120,21 @@ async def test_replay_benchmark_reduced_form(tmp_path: Path) -> None:
     assert share is not None and share > 0.8  # low load: speculation pays for every class
     assert "## Fidelity" in markdown and "goodput_over_time.png" in markdown
     assert (tmp_path / "goodput_over_time.png").stat().st_size > 0
+
+
+async def test_the_fleet_wide_log_exports_to_a_replayable_file(tmp_path: Path) -> None:
+    store = MemoryStore()
+    rows = [
+        {"time": 100.0 + i, "prompt_tokens": 10 + i, "completion_tokens": 5, "klass": "code"}
+        for i in range(3)
+    ]
+    await store.append_many(STORE_LOG, rows)
+    path = tmp_path / "fleet.jsonl"
+    assert await export(store, path, batch=2) == 3
+    fmt, trace = read_trace(path)
+    assert fmt == "traffic-log"
+    assert [(r.t, r.prompt_tokens, r.klass) for r in trace] == [
+        (0.0, 10, "code"),
+        (1.0, 11, "code"),
+        (2.0, 12, "code"),
+    ]
