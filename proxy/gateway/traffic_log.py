@@ -178,11 +178,16 @@ class TrafficLog:
         return self._queue.qsize()
 
     async def _drain(self) -> None:
-        while True:
-            records = [await self._queue.get()]
-            while len(records) < self._batch and not self._queue.empty():
-                records.append(self._queue.get_nowait())
-            await self._write(records)
+        try:
+            while True:
+                records = [await self._queue.get()]
+                while len(records) < self._batch and not self._queue.empty():
+                    records.append(self._queue.get_nowait())
+                await self._write(records)
+        except asyncio.CancelledError:
+            # The loop is shutting down (the server stopped): write what is still queued.
+            await self.flush()
+            raise
 
     async def _write(self, records: list[TrafficRecord]) -> None:
         for sink in self._sinks:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -124,3 +125,22 @@ def test_off_unless_configured(tmp_path: Path) -> None:
     on = Settings(traffic_log_path=tmp_path / "t.jsonl", traffic_log_store=True)
     (log,) = traffic_log(on, store, CollectorRegistry())
     assert len(log._sinks) == 2
+
+
+async def test_what_is_queued_at_shutdown_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "traffic.jsonl"
+    registry = CollectorRegistry()
+    log = TrafficLog([RotatingFileSink(path, 1 << 20, 1)], registry)
+    log.on_outcome(parsed(), outcome(), None)
+    for _ in range(200):  # the drain task is now idle, waiting for the next record
+        if registry.get_sample_value("specroute_traffic_log_records_total") == 1:
+            break
+        await asyncio.sleep(0.01)
+    for _ in range(5):
+        log.on_outcome(parsed(), outcome(), None)
+    task = log._task
+    assert task is not None
+    task.cancel()  # what the event loop does to leftover tasks when the server stops
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert len(lines(path)) == 6
