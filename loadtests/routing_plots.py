@@ -83,9 +83,14 @@ def goodput_over_time(results: dict[str, Any], folder: Path) -> str:
         ax.fill_between(
             first["t_s"], first["offered_rps"], color="0.85", label="offered load", step="mid"
         )
+    top = 0.0
     for policy, res in policies.items():
         tl = res["timeline"]
         ax.plot(tl["t_s"], tl["goodput_rps"], label=policy, linewidth=1.2)
+        top = max([top, *(v for v in tl["goodput_rps"] if v is not None)])
+    # Closed-loop phases start many clients at once: their "offered" spike would flatten
+    # the goodput curves, so the axis follows goodput.
+    ax.set_ylim(0, top * 1.3 or 1.0)
     ax.set_xlabel("time, s (model time)")
     ax.set_ylabel(f"goodput, req/s ({results['plan']['slo_text']})", fontsize=8)
     ax.set_title("Goodput over the trace")
