@@ -1,14 +1,14 @@
-"""The ``specroute`` command: serve, sim, policy validate, bench, plan."""
+"""The ``specroute`` command: serve, sim, policy validate, check, bench, plan."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from pathlib import Path
 
+from proxy.logs import configure_logging
 from proxy.policy import PolicyError, load_policy
 from proxy.settings import Settings
 
@@ -25,6 +25,8 @@ def app_from_env() -> object:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from proxy.gateway.banner import banner
+
     settings = Settings.from_env(
         {
             "host": args.host,
@@ -35,6 +37,8 @@ def _serve(args: argparse.Namespace) -> int:
             "admin_token": args.admin_token,
             "upstream_client": args.upstream,
             "log_level": args.log_level,
+            "log_format": args.log_format,
+            "sim_logs": args.sim_logs or None,
             "traffic_log_path": args.traffic_log,
         }
     )
@@ -58,27 +62,30 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One line per health/metrics scrape would drown the log.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(settings.log_level, settings.log_format)
     common = {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
         "http": "httptools",
         "log_level": settings.log_level,
+        # uvicorn's lines go through the process's logging (one format, text or JSON).
+        "log_config": None,
         "access_log": False,
         "timeout_graceful_shutdown": 5,
     }
     if settings.workers > 1:
         os.environ[SETTINGS_ENV] = settings.model_dump_json()
+        # Printed once here rather than by each worker.
+        path = settings.policy_path
+        assert path is not None  # checked above: several workers need --config
+        print(banner(settings, load_policy(path), str(path)))
         uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
         from proxy.gateway.app import create_app
+        from proxy.gateway.banner import announce
 
-        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)  # type: ignore[arg-type]
     return 0
 
 
@@ -99,6 +106,33 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             pools = ", ".join(policy.pool_names())
             print(f"{path}: ok ({len(policy.backends)} backends, pools: {pools})")
+    return status
+
+
+def _check(args: argparse.Namespace) -> int:
+    from proxy.check import ModelResolver, check_deployment
+    from proxy.gateway.handler import Gateway
+
+    resolver = ModelResolver(args.models)
+    status = 0
+    for path in args.files:
+        try:
+            policy = load_policy(path)
+            Gateway.validate_policy(policy)
+        except PolicyError as exc:
+            print(exc, file=sys.stderr)
+            status = 1
+            continue
+        except ValueError as exc:
+            print(f"{path}: invalid policy:\n  - {exc}", file=sys.stderr)
+            status = 1
+            continue
+        report = check_deployment(policy, path, resolver)
+        for finding in report.findings:
+            print(f"{path}: {finding}", file=sys.stderr if finding.level == "error" else sys.stdout)
+        verdict = "ok" if report.ok else "refused"
+        print(f"{path}: {verdict} ({report.engines_checked} engine launch configs checked)")
+        status = status if report.ok else 1
     return status
 
 
@@ -147,6 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", choices=["aiohttp", "httpx"], default=None)
     serve.add_argument("--log-level", default=None)
     serve.add_argument(
+        "--log-format", choices=["text", "json"], default=None, help="json: one object per line"
+    )
+    serve.add_argument(
+        "--sim-logs",
+        action="store_true",
+        help="let the embedded simulators log their own uvicorn lines",
+    )
+    serve.add_argument(
         "--traffic-log", type=Path, default=None, help="write one JSON line per request here"
     )
     serve.set_defaults(func=_serve)
@@ -156,6 +198,23 @@ def build_parser() -> argparse.ArgumentParser:
     validate = policy_sub.add_parser("validate", help="check policy files offline")
     validate.add_argument("files", nargs="+", type=Path)
     validate.set_defaults(func=_validate)
+
+    check = sub.add_parser(
+        "check",
+        help="check policies with their engines' vLLM launch configs offline "
+        "(speculation, metrics flag, served name, draft vocabulary, shadow reference)",
+    )
+    check.add_argument("files", nargs="+", type=Path, help="policy files")
+    check.add_argument(
+        "--models",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="where models named in launch configs are found: a download directory "
+        "(DIR/<org>/<name>) or a Hugging Face cache; repeatable",
+    )
+    check.set_defaults(func=_check)
 
     sub.add_parser(
         "sim", help="run a simulated vLLM backend (see 'specroute sim --help')", add_help=False

@@ -44,6 +44,12 @@ class Settings(BaseModel):
     health_failures_to_eject: int = Field(default=2, ge=1)
     store_sync_interval_s: float = Field(default=0.1, gt=0)
     log_level: str = "info"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per line, for log pipelines"
+    )
+    sim_logs: bool = Field(
+        default=False, description="let the embedded simulators log their own start/stop lines"
+    )
 
     # The traffic log (proxy/gateway/traffic_log.py): one JSON line per request, opt-in.
     traffic_log_path: Path | None = Field(default=None, description="JSONL file; None: off")
