@@ -194,6 +194,22 @@ async def run(plan: Plan, trace: list[TraceRequest], schedule: list[Arrival]) ->
     return results
 
 
+def _spec_share_table(results: dict[str, Any]) -> str:
+    """Per policy and class: the share of requests served by speculative engines."""
+    speculative = {s["name"] for s in results["plan"]["fleet"] if s["method"] != "none"}
+    classes = sorted({c for r in results["policies"].values() for c in r["routes"]})
+    rows = []
+    for name, res in results["policies"].items():
+        cells = []
+        for label in classes:
+            routes = res["routes"].get(label, {})
+            total = sum(routes.values())
+            on_spec = sum(n for b, n in routes.items() if b in speculative)
+            cells.append(f"{on_spec / total:.0%}" if total else "-")
+        rows.append([name, *cells])
+    return table(["policy", *classes], rows)
+
+
 def render(results: dict[str, Any], folder: Path) -> str:
     plan, source = results["plan"], results["replay"]
     fleet = ", ".join(s["name"] for s in plan["fleet"])
@@ -224,6 +240,10 @@ def render(results: dict[str, Any], folder: Path) -> str:
         "the gateway's class matched the recorded one for "
         + ("-" if agreement is None else f"{agreement:.1%}")
         + " of requests.",
+        "",
+        "## Share of requests on speculative engines, by class",
+        "",
+        _spec_share_table(results),
         "",
     ]
     return "\n".join(lines + sections(results, folder, phase_word="window")) + "\n"

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
+import pytest
 
 from loadtests import replay
 from loadtests.loadgen import LoadGenerator, RunResult
@@ -138,3 +139,29 @@ async def test_the_fleet_wide_log_exports_to_a_replayable_file(tmp_path: Path) -
         (1.0, 11, "code"),
         (2.0, 12, "code"),
     ]
+
+
+def test_fleet_and_backend_options() -> None:
+    fleet = replay.parse_fleet("plain=2,ngram=1,eagle3=1")
+    assert [(s.name, s.method, s.k) for s in fleet] == [
+        ("plain-0", "none", 0),
+        ("plain-1", "none", 0),
+        ("ngram-0", "ngram", 4),
+        ("eagle3-0", "eagle3", 3),
+    ]
+    assert len({s.seed for s in fleet}) == 4
+    spec, url = replay.parse_backend("eagle-0=http://10.0.0.6:8000,eagle3,eagle3,3")
+    assert (spec.name, spec.pool, spec.method, spec.k, url) == (
+        "eagle-0",
+        "eagle3",
+        "eagle3",
+        3,
+        "http://10.0.0.6:8000",
+    )
+    plain, _ = replay.parse_backend("plain-0=http://10.0.0.5:8000,plain")
+    assert (plain.method, plain.k) == ("none", 0)
+    for bad in ("plain=x", "tpu=2"):
+        with pytest.raises(ValueError, match="--fleet"):
+            replay.parse_fleet(bad)
+    with pytest.raises(ValueError, match="--backend"):
+        replay.parse_backend("eagle-0=http://x:1")
