@@ -165,3 +165,22 @@ def test_fleet_and_backend_options() -> None:
             replay.parse_fleet(bad)
     with pytest.raises(ValueError, match="--backend"):
         replay.parse_backend("eagle-0=http://x:1")
+
+
+async def test_replay_on_backends_given_by_url(tmp_path: Path) -> None:
+    # Simulators started here stand in for real vLLM servers reached by URL (--backend).
+    specs = FLEET[::2]  # plain and EAGLE-3
+    trace = steady(4.0, 2.0, {"chat": 1.0}, seed=9)
+    async with SimFleet(specs, 1.0, tmp_path) as sims:
+        args = replay.build_parser().parse_args(
+            ["unused.jsonl", "--policies", "specroute-static", "--windows", "1"]
+            + [f"--backend={s.name}={sims.url(s.name)},{s.pool},{s.method},{s.k}" for s in specs]
+        )
+        plan, max_len = replay.make_plan(args)
+        assert plan.time_scale == 1.0 and plan.endpoints is not None
+        phases, schedule = replay.schedule_of(trace, 1, plan.mix, 1, max_len)
+        results = await replay.run(dataclasses.replace(plan, trace=phases), trace, schedule)
+    res = results["policies"]["specroute-static"]
+    assert res["fidelity"]["requests"]["ok"] == len(trace)
+    assert res["routes"]["chat"].get("eagle3-0", 0) == len(trace)  # alone: all speculate
+    assert res["lag"] == {}  # no step timing from backends reached by URL
