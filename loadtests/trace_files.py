@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
-import io
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -100,17 +99,19 @@ KNOWN: tuple[tuple[str, ColumnMap], ...] = (
 
 
 def _rows(path: Path) -> Iterator[Mapping[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    first = text.lstrip()[:1]
-    if first in ("{", "["):
-        if first == "[":
-            yield from orjson.loads(text)
-            return
-        for line in text.splitlines():
-            if line.strip():
-                yield orjson.loads(line)
-        return
-    yield from csv.DictReader(io.StringIO(text))
+    """Rows of a CSV or JSON lines file (or one JSON array), streamed: a week of a
+    production trace is gigabytes."""
+    with path.open(encoding="utf-8", newline="") as fh:
+        head = fh.read(4096).lstrip()[:1]
+        fh.seek(0)
+        if head == "[":
+            yield from orjson.loads(fh.read())
+        elif head == "{":
+            for line in fh:
+                if line.strip():
+                    yield orjson.loads(line)
+        else:
+            yield from csv.DictReader(fh)
 
 
 def detect(columns: Iterable[str]) -> tuple[str, ColumnMap] | None:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import logging.handlers
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -223,6 +224,8 @@ def traffic_log(settings: Settings, store: Store, registry: CollectorRegistry) -
     sinks: list[TrafficSink] = []
     if settings.traffic_log_path is not None:
         path = settings.traffic_log_path
+        if settings.workers > 1:  # one file per worker process: rotation is per process
+            path = path.with_name(f"{path.stem}.{os.getpid()}{path.suffix}")
         sinks.append(
             RotatingFileSink(path, settings.traffic_log_max_bytes, settings.traffic_log_backups)
         )

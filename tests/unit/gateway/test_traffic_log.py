@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -144,3 +145,11 @@ async def test_what_is_queued_at_shutdown_is_written(tmp_path: Path) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert len(lines(path)) == 6
+
+
+def test_each_worker_process_writes_its_own_file(tmp_path: Path) -> None:
+    settings = Settings(traffic_log_path=tmp_path / "t.jsonl", workers=2)
+    (log,) = traffic_log(settings, MemoryStore(), CollectorRegistry())
+    (sink,) = log._sinks
+    assert isinstance(sink, RotatingFileSink)
+    assert Path(sink._handler.baseFilename).name == f"t.{os.getpid()}.jsonl"
