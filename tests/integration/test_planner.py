@@ -15,6 +15,7 @@ from loadtests.prompts import count_tokens, shaped_prompt
 from loadtests.trace_files import ColumnMap, read_trace, window
 from loadtests.trace_gen import diurnal, steady
 from proxy.routing.classify import Classifier
+from proxy.sim import cli as sim_cli
 from proxy.sim.hardware import GPUS, gpu_profile, step_factor
 from proxy.sim.profile import EngineProfile, StepCostModel, default_profile
 from proxy.sim.prompt_class import classify_prompt
@@ -131,6 +132,8 @@ def test_derived_gpu_profiles_scale_with_bandwidth_and_compute() -> None:
     # Same compute, less bandwidth: the H100 gains least at large, compute-bound steps.
     assert step_factor(256, 6, GPUS["h100"]) < step_factor(1, 1, GPUS["h100"])
     assert gpu_profile("h200") == h200
+    args = sim_cli.build_parser().parse_args(["--gpu", "l40s", "--speculation", "eagle3"])
+    assert sim_cli.config_from_args(args).profile == gpu_profile("l40s")
 
 
 def test_own_hardware_profile_from_a_break_even_run() -> None:
