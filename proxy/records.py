@@ -109,3 +109,14 @@ class Outcome:
         if self.first_byte is None or not tokens or tokens < 2:
             return None
         return (self.finished - self.first_byte) / (tokens - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one relayed request went and why: what listeners after the response know of
+    the scheduling decision."""
+
+    request: RequestInfo
+    backend: str
+    pool: str
+    reason: RouteReason

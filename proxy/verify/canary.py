@@ -18,23 +18,111 @@ that degrades slowly is judged on its recent behaviour, not its good start. Deci
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from proxy.policy import Policy
 from proxy.policy.canary import CanaryConfig
-from proxy.records import Outcome, ParsedRequest, RequestInfo
-from proxy.routing.scheduler.scheduler import Decision
+from proxy.records import Outcome, ParsedRequest, RequestInfo, Route
 from proxy.store import Store
+from proxy.verify.compare import Verdict as ShadowVerdict
 from proxy.verify.stats import Summary, diff_interval, wilson, z_for
 
 log = logging.getLogger("specroute.canary")
 STATES = ("running", "paused", "promoted", "rolled_back")
 AUDIT_LOG = "canary:audit"
+
+
+class ArmName(enum.StrEnum):
+    CANDIDATE = "candidate"
+    BASELINE = "baseline"
+
+
+# Evidence rows were once written with short keys; rows from replicas still running that
+# code are read too (full name -> short key; arms were "c" and "b").
+_SHORT_KEYS = {
+    "canary": "n",
+    "step": "st",
+    "load": "l",
+    "tpot": "t",
+    "acceptance": "a",
+    "verdict": "sv",
+}
+_SHORT_ARMS = {"c": ArmName.CANDIDATE, "b": ArmName.BASELINE}
+
+
+def _read(row: Mapping[str, Any], name: str) -> Any:
+    return row[name] if name in row else row.get(_SHORT_KEYS[name])
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvidence:
+    """One relayed request of a canary step, as every replica logs it."""
+
+    canary: str
+    step: int
+    arm: ArmName
+    load: float
+    tpot: float | None
+    acceptance: float | None = None  # accepted / drafted tokens, when the request drafted
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowEvidence:
+    """One shadow verdict on a candidate's output during a canary step."""
+
+    canary: str
+    step: int
+    verdict: ShadowVerdict
+
+
+EvidenceRow = RequestEvidence | ShadowEvidence
+
+
+def evidence_to_dict(row: EvidenceRow) -> dict[str, Any]:
+    if isinstance(row, ShadowEvidence):
+        return {"canary": row.canary, "step": row.step, "verdict": row.verdict}
+    out: dict[str, Any] = {
+        "canary": row.canary,
+        "step": row.step,
+        "arm": row.arm.value,
+        "load": row.load,
+        "tpot": row.tpot,
+    }
+    if row.acceptance is not None:
+        out["acceptance"] = row.acceptance
+    return out
+
+
+def evidence_from_dict(row: Mapping[str, Any]) -> EvidenceRow | None:
+    """A logged row (full or short keys); ``None`` for one this version cannot read."""
+    canary, step = _read(row, "canary"), _read(row, "step")
+    if not isinstance(canary, str) or not isinstance(step, int):
+        return None
+    verdict = _read(row, "verdict")
+    if verdict is not None:
+        return ShadowEvidence(canary, step, verdict)
+    written = str(row.get("arm"))
+    try:
+        arm = _SHORT_ARMS.get(written) or ArmName(written)
+    except ValueError:
+        return None
+    tpot, acceptance = _read(row, "tpot"), _read(row, "acceptance")
+    return RequestEvidence(
+        canary,
+        step,
+        arm,
+        float(_read(row, "load") or 1),
+        float(tpot) if tpot else None,
+        None if acceptance is None else float(acceptance),
+    )
 
 
 @dataclass(slots=True)
@@ -174,20 +262,22 @@ def sticky_fraction(name: str, key: str) -> float:
 
 
 class CanaryController:
-    def __init__(self, store: Store, metrics: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.metrics = metrics
         self.config: CanaryConfig | None = None
         self.baseline_speculative = True
         self.state = "running"
         self.step = 0
         self.seq = 0
         self.evidence = Evidence()
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[EvidenceRow] = []
         self._cursor: str | None = None
         self._since_eval = 0
 
     # -- policy ---------------------------------------------------------------------------------
+    def on_policy(self, policy: Policy) -> None:
+        self.configure(policy.canary, policy.baseline_speculative())
+
     def configure(self, config: CanaryConfig | None, baseline_speculative: bool = True) -> None:
         if config is None or self.config is None or config.name != self.config.name:
             self.state, self.step, self.seq, self.evidence = "running", 0, 0, Evidence()
@@ -224,51 +314,53 @@ class CanaryController:
         return dict.fromkeys(self.config.candidates, self.config.shadow_rate)
 
     # -- evidence -------------------------------------------------------------------------------
-    def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         config = self.config
         if config is None or self.state not in ("running", "paused") or not outcome.ok:
             return
         if outcome.backend in config.candidates:
-            arm = "c"
+            arm = ArmName.CANDIDATE
         elif outcome.backend in config.baseline:
-            arm = "b"
+            arm = ArmName.BASELINE
         else:
             return
         if config.classes is not None and outcome.label not in config.classes:
             return
         spec = outcome.spec or {}
         drafted = float(spec.get("num_draft_tokens") or 0)
-        row: dict[str, Any] = {
-            "n": config.name,
-            "st": self.step,
-            "arm": arm,
-            "l": outcome.load,
-            "t": outcome.tpot,
-        }
-        if drafted > 0:
-            row["a"] = float(spec.get("num_accepted_draft_tokens") or 0) / drafted
-        self._pending.append(row)
+        accepted = float(spec.get("num_accepted_draft_tokens") or 0)
+        self._pending.append(
+            RequestEvidence(
+                config.name,
+                self.step,
+                arm,
+                outcome.load,
+                outcome.tpot,
+                accepted / drafted if drafted > 0 else None,
+            )
+        )
 
-    def on_shadow(self, backend: str, verdict: str) -> None:
+    def on_verdict(self, backend: str, verdict: ShadowVerdict) -> None:
         config = self.config
         if config is None or backend not in config.candidates or verdict == "error":
             return
-        self._pending.append({"n": config.name, "st": self.step, "arm": "c", "sv": verdict})
+        self._pending.append(ShadowEvidence(config.name, self.step, verdict))
 
-    def _absorb(self, row: dict[str, Any]) -> None:
-        if self.config is None or row.get("n") != self.config.name or row.get("st") != self.step:
+    def _absorb(self, row: EvidenceRow) -> None:
+        if self.config is None or row.canary != self.config.name or row.step != self.step:
             return
-        arm = self.evidence.candidate if row.get("arm") == "c" else self.evidence.baseline
-        if "sv" in row:
+        if isinstance(row, ShadowEvidence):
             self.evidence.shadow_judged += 1
-            self.evidence.shadow_drift += row["sv"] == "diverged"
+            self.evidence.shadow_drift += row.verdict == "diverged"
             return
-        if row.get("a") is not None:
-            arm.acceptance.append(float(row["a"]))
-            if row.get("arm") == "c":
+        candidate = row.arm is ArmName.CANDIDATE
+        arm = self.evidence.candidate if candidate else self.evidence.baseline
+        if row.acceptance is not None:
+            arm.acceptance.append(row.acceptance)
+            if candidate:
                 self._since_eval += 1
-        if row.get("t"):
-            arm.tpot.append((float(row.get("l") or 1), float(row["t"])))
+        if row.tpot:
+            arm.tpot.append((row.load, row.tpot))
 
     # -- decisions ------------------------------------------------------------------------------
     async def _transition(
@@ -345,14 +437,18 @@ class CanaryController:
         if self._pending:
             batch, self._pending = self._pending, []
             await self.store.append_many(
-                f"canary:evidence:{self.config.name}", batch, maxlen=100_000
+                f"canary:evidence:{self.config.name}",
+                [evidence_to_dict(row) for row in batch],
+                maxlen=100_000,
             )
         await self._load()
         for entry in await self.store.read_after(
             f"canary:evidence:{self.config.name}", self._cursor, limit=10_000
         ):
             self._cursor = entry.cursor
-            self._absorb(entry.record)
+            row = evidence_from_dict(entry.record)
+            if row is not None:
+                self._absorb(row)
         if self.state != "running" or self._since_eval < self.config.evaluate_every:
             return
         self._since_eval = 0

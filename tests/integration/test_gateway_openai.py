@@ -167,7 +167,7 @@ def test_models_health_ready_metrics(gw: GatewayHandle) -> None:
     ready = httpx.get(gw.url + "/ready").json()
     assert ready["ready"] is True and len(ready["healthy_backends"]) == 3
     gw.wait_for(
-        lambda: gw.gateway.fleet.backends["ngram-0"].spec_counters is not None, what="a scrape"
+        lambda: gw.runtime.fleet.backends["ngram-0"].spec_counters is not None, what="a scrape"
     )
     text = httpx.get(gw.url + "/metrics").text
     for name in (
@@ -227,7 +227,7 @@ def test_class_override_header(client: openai.OpenAI) -> None:
 
 
 def test_explain_does_not_send(gw: GatewayHandle) -> None:
-    before = gw.call(lambda: sum(b.local_inflight for b in gw.gateway.fleet.backends.values()))
+    before = gw.call(lambda: sum(b.local_inflight for b in gw.runtime.fleet.backends.values()))
     body = {
         "model": MODEL,
         "messages": [

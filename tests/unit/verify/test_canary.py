@@ -6,7 +6,15 @@ import random
 import time
 
 from proxy.policy.canary import CanaryConfig
-from proxy.records import Outcome, RequestInfo
+from proxy.records import (
+    Endpoint,
+    Outcome,
+    ParsedRequest,
+    RequestInfo,
+    Route,
+    RouteKind,
+    RouteReason,
+)
 from proxy.store import MemoryStore
 from proxy.verify.canary import CanaryController, Evidence, evaluate, sticky_fraction
 
@@ -19,6 +27,13 @@ CONFIG = CanaryConfig(
     min_shadow_samples=0,
     evaluate_every=5,
 )
+
+
+REQUEST = ParsedRequest(Endpoint.CHAT, {}, b"{}", "m", True, False, False, 1)
+
+
+def route(backend: str) -> Route:
+    return Route(RequestInfo("m", "chat"), backend, "p", RouteReason(RouteKind.SPECULATIVE, ""))
 
 
 def outcome(backend: str, rate: float, tpot: float = 0.01, load: int = 4) -> Outcome:
@@ -37,14 +52,14 @@ async def run_canary(
 ) -> tuple[str, int]:
     """Feed one seeded canary run until it decides; returns (final state, candidate requests)."""
     rng = random.Random(seed)
-    controller = CanaryController(MemoryStore(), metrics=None)
+    controller = CanaryController(MemoryStore())
     controller.configure(config, baseline_speculative=True)
     sent = 0
     while controller.state == "running" and sent < max_requests:
         mean = cand_rate(sent) if callable(cand_rate) else float(cand_rate)  # type: ignore[arg-type]
         for backend, m in (("cand", mean), ("base", base_mean)):
             rate = min(max(rng.gauss(m, 0.15), 0.0), 1.0)
-            controller.hook(None, outcome(backend, rate), None)  # type: ignore[arg-type]
+            controller.on_outcome(REQUEST, outcome(backend, rate), route(backend))
         sent += 1
         if sent % 5 == 0:
             await controller.tick()
@@ -113,7 +128,7 @@ def test_tpot_at_matched_load() -> None:
 
 
 def test_assignment_is_sticky_and_follows_the_share() -> None:
-    controller = CanaryController(MemoryStore(), metrics=None)
+    controller = CanaryController(MemoryStore())
     controller.configure(CONFIG.model_copy(update={"classes": ["chat", "code"]}))
     keys = [f"user-{i}" for i in range(2000)]
     picks = [controller.assign(RequestInfo("m", "chat", sticky_key=k)) for k in keys]
@@ -126,7 +141,7 @@ def test_assignment_is_sticky_and_follows_the_share() -> None:
 
 async def test_manual_commands_and_audit_trail() -> None:
     store = MemoryStore()
-    controller = CanaryController(store, metrics=None)
+    controller = CanaryController(store)
     controller.configure(CONFIG)
     await controller.command("pause")
     assert controller.state == "paused"
