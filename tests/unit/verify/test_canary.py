@@ -16,7 +16,18 @@ from proxy.records import (
     RouteReason,
 )
 from proxy.store import MemoryStore
-from proxy.verify.canary import CanaryController, Evidence, evaluate, sticky_fraction
+from proxy.verify.canary import (
+    ArmName,
+    CanaryController,
+    Evidence,
+    RequestEvidence,
+    ShadowEvidence,
+    evaluate,
+    evidence_from_dict,
+    evidence_to_dict,
+    sticky_fraction,
+)
+from proxy.verify.compare import Verdict
 
 CONFIG = CanaryConfig(
     name="v2",
@@ -151,3 +162,27 @@ async def test_manual_commands_and_audit_trail() -> None:
     audit = [e.record for e in await store.recent("canary:audit", 10)]
     assert [r["action"] for r in audit] == ["promote", "resume", "pause"]
     assert all(r["actor"] == "operator" and r["ts"] <= time.time() for r in audit)
+
+
+def test_evidence_rows_use_full_names_and_old_short_keys_are_still_read() -> None:
+    request = RequestEvidence("v2", 1, ArmName.CANDIDATE, 4.0, 0.01, 0.5)
+    written = evidence_to_dict(request)
+    assert set(written) == {"canary", "step", "arm", "load", "tpot", "acceptance"}
+    assert evidence_from_dict(written) == request
+    verdict = ShadowEvidence("v2", 1, "diverged")
+    assert evidence_from_dict(evidence_to_dict(verdict)) == verdict
+    old = {"n": "v2", "st": 1, "arm": "c", "l": 4, "t": 0.01, "a": 0.5}
+    assert evidence_from_dict(old) == request
+    assert evidence_from_dict({"n": "v2", "st": 1, "arm": "c", "sv": "diverged"}) == verdict
+    assert evidence_from_dict({"canary": "v2", "step": 1, "arm": "left"}) is None
+
+
+async def test_shadow_verdicts_on_candidates_count_as_drift_evidence() -> None:
+    controller = CanaryController(MemoryStore())
+    controller.configure(CONFIG)
+    verdicts: tuple[Verdict, ...] = ("match", "diverged", "error")
+    for verdict in verdicts:
+        controller.on_verdict("cand", verdict)
+    controller.on_verdict("base", "diverged")
+    await controller.tick()
+    assert (controller.evidence.shadow_judged, controller.evidence.shadow_drift) == (2, 1)
