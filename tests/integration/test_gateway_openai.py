@@ -208,6 +208,14 @@ def test_bad_input_gets_openai_errors(
     assert error["param"] == param and error["message"]
 
 
+def test_other_methods_on_relayed_paths_get_an_openai_405(gw: GatewayHandle) -> None:
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        resp = httpx.get(gw.url + path)
+        assert resp.status_code == 405
+        assert resp.json()["error"]["type"] == "invalid_request_error"
+    assert "/v1/chat/completions" not in httpx.get(gw.url + "/openapi.json").json()["paths"]
+
+
 def test_sdk_raises_typed_errors(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=CHAT)
