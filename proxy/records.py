@@ -8,7 +8,7 @@ keeping them here lets each of those import the records without importing each o
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -96,7 +96,8 @@ class Outcome:
     error: str | None = None
     client_gone: bool = False
     attempts: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Whether the stream's usage event reached the client (counted in ``events``).
+    usage_forwarded: bool = False
 
     @property
     def ttft(self) -> float | None:

@@ -293,7 +293,7 @@ class Gateway:
                 idle_timeout_s=self.settings.idle_timeout_s,
                 strip_usage=attempt.strip_usage,
             )
-            outcome.extra["usage_forwarded"] = not attempt.strip_usage
+            outcome.usage_forwarded = not attempt.strip_usage
             await relay.run(first)
         # The response is complete: from here on the server reports the connection as
         # "disconnected", which must not cancel the cleanup.

@@ -38,7 +38,7 @@ def acceptance_of(outcome: Outcome, k: int, kind: str) -> tuple[float, float] | 
     if not tokens or k <= 0 or outcome.events <= 0:
         return None
     # Not content: [DONE], the usage event (counted only when forwarded), chat's role event.
-    steps = outcome.events - 1 - (1 if outcome.extra.get("usage_forwarded") else 0)
+    steps = outcome.events - 1 - (1 if outcome.usage_forwarded else 0)
     steps -= 1 if kind == "chat" else 0
     if steps <= 1:
         return None
