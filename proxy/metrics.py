@@ -169,10 +169,10 @@ class FleetCollector(Collector):
 
     def __init__(
         self,
-        fleet: Callable[[], Fleet],
+        fleet: Fleet,
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
-        store: Callable[[], Store],
+        store: Store,
     ) -> None:
         self._fleet = fleet
         self._acceptance = acceptance
@@ -180,7 +180,7 @@ class FleetCollector(Collector):
         self._store = store
 
     def collect(self) -> Iterator[Metric]:
-        fleet = self._fleet()
+        fleet = self._fleet
         inflight = GaugeMetricFamily(
             "specroute_backend_inflight",
             "Open requests per backend (fleet-wide)",
@@ -273,7 +273,7 @@ class FleetCollector(Collector):
         yield be
         yield learned
 
-        health = self._store().health()
+        health = self._store.health()
         degraded = GaugeMetricFamily(
             "specroute_store_degraded", "1 while the shared store is unreachable", labels=["store"]
         )

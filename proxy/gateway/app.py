@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
-from proxy.gateway.compose import compose
+from proxy.gateway.compose import Components, compose
 from proxy.gateway.console import install_console
 from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
@@ -80,6 +80,20 @@ async def _sync_inflight(runtime: Runtime, interval_s: float) -> None:
         runtime.fleet.apply_fleet_inflight(counts, local)
 
 
+def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
+    """The gauges read at scrape time (the request path updates none)."""
+    runtime = parts.runtime
+    metrics.add_collector(
+        FleetCollector(runtime.fleet, runtime.acceptance, runtime.break_even, runtime.store)
+    )
+    metrics.add_collector(
+        CallbackGauge(
+            "specroute_shadow_queue_depth", "Shadow samples waiting", parts.shadow.queue_depth
+        )
+    )
+    metrics.add_collector(CanaryCollector(parts.canary.snapshot))
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
@@ -100,15 +114,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.scrape_interval_s,
         settings.health_failures_to_eject,
     )
-    metrics.add_collector(
-        FleetCollector(
-            lambda: runtime.fleet, runtime.acceptance, runtime.break_even, lambda: runtime.store
-        )
-    )
-    metrics.add_collector(
-        CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
-    )
-    metrics.add_collector(CanaryCollector(canary.snapshot))
+    _add_collectors(metrics, parts)
     app.state.canary = canary
     app.state.shadow = shadow
     app.state.runtime = runtime
