@@ -30,7 +30,7 @@ from proxy.gateway.request import parse_request, read_body, with_usage
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import OutcomeListener, OutputSampler
 from proxy.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
-from proxy.gateway.watch import Watch
+from proxy.gateway.watch import Interruption, Watch
 from proxy.metrics import GatewayMetrics
 from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.fleet import BackendState
@@ -256,7 +256,7 @@ class Gateway:
                 streamed = parsed.stream and upstream.status == 200
                 first = await (upstream.next_chunk() if streamed else upstream.read())
         except asyncio.CancelledError:
-            if watch.absorb() != "client":
+            if watch.absorb() is not Interruption.CLIENT_GONE:
                 raise
             # Gone before the first byte (queued, prefilling): cleanup drops the upstream
             # request now so the engine frees the slot.
