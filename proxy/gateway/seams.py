@@ -16,7 +16,9 @@ from proxy.routing.fleet import BackendState
 
 class OutcomeListener(Protocol):
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
-        """Called as each relayed request ends (the response is complete or abandoned).
+        """Called as each relayed request ends: its response complete or broken off, or its
+        client gone before the first byte. Attempts that failed before a first byte (and
+        were retried elsewhere) are not reported.
 
         Runs on the request's task: it must not block or await; queue anything slow.
         """
