@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 from proxy.metrics import GatewayMetrics
-from proxy.records import (
-    Endpoint,
-    Outcome,
-    ParsedRequest,
-    RequestInfo,
-    Route,
-    RouteKind,
-    RouteReason,
-)
+from proxy.records import Outcome
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import Fleet
 from proxy.routing.observe import Observer, acceptance_of
 from proxy.store import MemoryStore
 from tests.unit.policy_helpers import backend, make_policy
+from tests.unit.record_builders import chat_request, route_to
 
 
 def streamed(events: int, tokens: int, *, usage_forwarded: bool) -> Outcome:
@@ -42,9 +35,5 @@ def test_exact_summary_wins_and_reaches_the_tracker_through_on_outcome() -> None
     )
     outcome = streamed(12, 27, usage_forwarded=True)
     outcome.spec = {"num_draft_tokens": 40, "num_accepted_draft_tokens": 30}
-    request = ParsedRequest(Endpoint.CHAT, {}, b"{}", "m", True, True, True, 1)
-    reason = RouteReason(RouteKind.SPECULATIVE, "")
-    observer.on_outcome(
-        request, outcome, Route(RequestInfo("m", "chat"), "ngram-0", "ngram", reason)
-    )
+    observer.on_outcome(chat_request(greedy=True), outcome, route_to("ngram-0", "ngram"))
     assert acceptance.rate("ngram-0", "chat") == (0.75, 1)

@@ -6,15 +6,7 @@ import random
 import time
 
 from proxy.policy.canary import CanaryConfig
-from proxy.records import (
-    Endpoint,
-    Outcome,
-    ParsedRequest,
-    RequestInfo,
-    Route,
-    RouteKind,
-    RouteReason,
-)
+from proxy.records import Outcome, RequestInfo
 from proxy.store import MemoryStore
 from proxy.verify.canary import (
     ArmName,
@@ -28,6 +20,7 @@ from proxy.verify.canary import (
     sticky_fraction,
 )
 from proxy.verify.compare import Verdict
+from tests.unit.record_builders import chat_request, route_to
 
 CONFIG = CanaryConfig(
     name="v2",
@@ -38,13 +31,6 @@ CONFIG = CanaryConfig(
     min_shadow_samples=0,
     evaluate_every=5,
 )
-
-
-REQUEST = ParsedRequest(Endpoint.CHAT, {}, b"{}", "m", True, False, False, 1)
-
-
-def route(backend: str) -> Route:
-    return Route(RequestInfo("m", "chat"), backend, "p", RouteReason(RouteKind.SPECULATIVE, ""))
 
 
 def outcome(backend: str, rate: float, tpot: float = 0.01, load: int = 4) -> Outcome:
@@ -70,7 +56,7 @@ async def run_canary(
         mean = cand_rate(sent) if callable(cand_rate) else float(cand_rate)  # type: ignore[arg-type]
         for backend, m in (("cand", mean), ("base", base_mean)):
             rate = min(max(rng.gauss(m, 0.15), 0.0), 1.0)
-            controller.on_outcome(REQUEST, outcome(backend, rate), route(backend))
+            controller.on_outcome(chat_request(), outcome(backend, rate), route_to(backend))
         sent += 1
         if sent % 5 == 0:
             await controller.tick()
