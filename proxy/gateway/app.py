@@ -91,7 +91,7 @@ def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
             "specroute_shadow_queue_depth", "Shadow samples waiting", parts.shadow.queue_depth
         )
     )
-    metrics.add_collector(CanaryCollector(parts.canary.snapshot))
+    metrics.add_collector(CanaryCollector(parts.canary))
 
 
 @contextlib.asynccontextmanager

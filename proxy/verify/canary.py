@@ -285,6 +285,14 @@ class CanaryController:
         self.baseline_speculative = baseline_speculative
 
     @property
+    def name(self) -> str | None:
+        return self.config.name if self.config else None
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return STATES
+
+    @property
     def share(self) -> float:
         if self.config is None or self.state == "rolled_back":
             return 0.0
