@@ -166,93 +166,143 @@ def _tpot_ratio(
     return (weighted / weight if weight else None), matched
 
 
-def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: bool) -> Verdict:
-    """The decision rule, a pure function of the evidence (unit-tested on its own)."""
-    crit = config.criteria
-    z = z_for(crit.confidence)
-    cand = Summary.of(evidence.candidate.acceptance)
-    base = Summary.of(evidence.baseline.acceptance)
-    details: dict[str, Any] = {
-        "candidate_requests": cand.n,
-        "baseline_requests": base.n,
-        "candidate_acceptance": cand.mean if cand.n else None,
-        "baseline_acceptance": base.mean if base.n else None,
-        "shadow_judged": evidence.shadow_judged,
-        "shadow_drift": evidence.shadow_drift,
-    }
-    if cand.n >= config.min_collapse_samples and cand.mean < crit.collapse_acceptance:
-        return Verdict(
-            "rollback",
-            f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}",
-            details,
-        )
-    drift_lo, drift_hi = wilson(evidence.shadow_drift, evidence.shadow_judged, z)
-    details["drift_interval"] = [drift_lo, drift_hi]
-    if evidence.shadow_drift and drift_lo > crit.max_drift_rate:
-        return Verdict(
-            "rollback",
-            f"output drift: rate >= {drift_lo:.1%} with {crit.confidence:.0%} confidence",
-            details,
-        )
+@dataclass(slots=True)
+class _Judgement:
+    """One evaluation: the evidence summarised, and what each criterion found so far."""
 
-    checks: dict[str, bool | None] = {}
-    if baseline_speculative:
-        lo, hi = diff_interval(cand, base, z)
-        details["acceptance_diff_interval"] = [lo, hi]
-        if cand.n >= config.min_samples and base.n >= config.min_samples:
-            if hi < -crit.max_acceptance_drop:
-                return Verdict(
-                    "rollback",
-                    f"acceptance worse than baseline by more than {crit.max_acceptance_drop}",
-                    details,
-                )
-            checks["acceptance"] = lo > -crit.max_acceptance_drop
-        else:
-            checks["acceptance"] = None
-    if crit.min_acceptance is not None:
-        lo, hi = cand.interval(z)
-        details["acceptance_interval"] = [lo, hi]
-        if cand.n >= config.min_samples:
-            if hi < crit.min_acceptance:
-                return Verdict("rollback", f"acceptance below {crit.min_acceptance}", details)
-            checks["min_acceptance"] = lo >= crit.min_acceptance
-        else:
-            checks["min_acceptance"] = None
-    ratio, matched = _tpot_ratio(evidence.candidate.tpot, evidence.baseline.tpot)
-    details["tpot_ratio_matched_load"] = ratio
-    details["tpot_matched_samples"] = matched
-    if (
-        ratio is not None
-        and matched >= config.min_samples
-        and ratio > 1 + 2 * crit.max_tpot_increase
-    ):
-        return Verdict("rollback", f"TPOT at matched load {ratio:.2f}x the baseline", details)
-    # TPOT is judged only where both arms ran at the same load; without such samples it
-    # does not block (recorded as not evaluated).
-    checks["tpot"] = (
-        None
-        if ratio is None or matched < config.min_samples // 2
-        else ratio <= 1 + crit.max_tpot_increase
-    )
-    if evidence.shadow_judged >= config.min_shadow_samples and config.min_shadow_samples > 0:
-        checks["drift"] = (
-            drift_hi <= crit.max_drift_rate
-            or evidence.shadow_drift / evidence.shadow_judged <= crit.max_drift_rate
+    config: CanaryConfig
+    evidence: Evidence
+    z: float
+    cand: Summary
+    base: Summary
+    details: dict[str, Any]
+    checks: dict[str, bool | None] = field(default_factory=dict)
+    drift: tuple[float, float] = (0.0, 1.0)
+
+    @classmethod
+    def of(cls, config: CanaryConfig, evidence: Evidence) -> _Judgement:
+        cand = Summary.of(evidence.candidate.acceptance)
+        base = Summary.of(evidence.baseline.acceptance)
+        details: dict[str, Any] = {
+            "candidate_requests": cand.n,
+            "baseline_requests": base.n,
+            "candidate_acceptance": cand.mean if cand.n else None,
+            "baseline_acceptance": base.mean if base.n else None,
+            "shadow_judged": evidence.shadow_judged,
+            "shadow_drift": evidence.shadow_drift,
+        }
+        return cls(config, evidence, z_for(config.criteria.confidence), cand, base, details)
+
+    def verdict(self, action: str, reason: str) -> Verdict:
+        return Verdict(action, reason, self.details)
+
+    def collapse(self) -> Verdict | None:
+        crit, cand = self.config.criteria, self.cand
+        if cand.n >= self.config.min_collapse_samples and cand.mean < crit.collapse_acceptance:
+            return self.verdict(
+                "rollback", f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}"
+            )
+        return None
+
+    def drift_bound(self) -> Verdict | None:
+        crit, evidence = self.config.criteria, self.evidence
+        self.drift = wilson(evidence.shadow_drift, evidence.shadow_judged, self.z)
+        self.details["drift_interval"] = list(self.drift)
+        if evidence.shadow_drift and self.drift[0] > crit.max_drift_rate:
+            return self.verdict(
+                "rollback",
+                f"output drift: rate >= {self.drift[0]:.1%} with {crit.confidence:.0%} confidence",
+            )
+        return None
+
+    def acceptance_vs_baseline(self) -> Verdict | None:
+        crit, enough = self.config.criteria, self.config.min_samples
+        lo, hi = diff_interval(self.cand, self.base, self.z)
+        self.details["acceptance_diff_interval"] = [lo, hi]
+        if self.cand.n < enough or self.base.n < enough:
+            self.checks["acceptance"] = None
+            return None
+        if hi < -crit.max_acceptance_drop:
+            return self.verdict(
+                "rollback",
+                f"acceptance worse than baseline by more than {crit.max_acceptance_drop}",
+            )
+        self.checks["acceptance"] = lo > -crit.max_acceptance_drop
+        return None
+
+    def min_acceptance(self) -> Verdict | None:
+        floor = self.config.criteria.min_acceptance
+        assert floor is not None
+        lo, hi = self.cand.interval(self.z)
+        self.details["acceptance_interval"] = [lo, hi]
+        if self.cand.n < self.config.min_samples:
+            self.checks["min_acceptance"] = None
+            return None
+        if hi < floor:
+            return self.verdict("rollback", f"acceptance below {floor}")
+        self.checks["min_acceptance"] = lo >= floor
+        return None
+
+    def tpot(self) -> Verdict | None:
+        config, crit = self.config, self.config.criteria
+        ratio, matched = _tpot_ratio(self.evidence.candidate.tpot, self.evidence.baseline.tpot)
+        self.details["tpot_ratio_matched_load"] = ratio
+        self.details["tpot_matched_samples"] = matched
+        if (
+            ratio is not None
+            and matched >= config.min_samples
+            and ratio > 1 + 2 * crit.max_tpot_increase
+        ):
+            return self.verdict("rollback", f"TPOT at matched load {ratio:.2f}x the baseline")
+        # TPOT is judged only where both arms ran at the same load; without such samples it
+        # does not block (recorded as not evaluated).
+        self.checks["tpot"] = (
+            None
+            if ratio is None or matched < config.min_samples // 2
+            else ratio <= 1 + crit.max_tpot_increase
         )
-    details["checks"] = checks
-    if cand.n < config.min_samples:
-        return Verdict("wait", f"{cand.n}/{config.min_samples} candidate requests", details)
-    failing = [name for name, ok in checks.items() if ok is False]
-    pending = [
-        name
-        for name, ok in checks.items()
-        if ok is None and name in ("acceptance", "min_acceptance")
-    ]
-    if config.min_shadow_samples and "drift" not in checks:
-        pending.append("drift")
-    if failing or pending:
-        return Verdict("wait", "not yet conclusive: " + ", ".join(failing + pending), details)
-    return Verdict("advance", "all criteria pass", details)
+        return None
+
+    def conclude(self) -> Verdict:
+        """No clear failure: advance if every criterion passes, else keep collecting."""
+        config, evidence, checks = self.config, self.evidence, self.checks
+        judged = evidence.shadow_judged
+        if judged >= config.min_shadow_samples and config.min_shadow_samples > 0:
+            checks["drift"] = (
+                self.drift[1] <= config.criteria.max_drift_rate
+                or evidence.shadow_drift / judged <= config.criteria.max_drift_rate
+            )
+        self.details["checks"] = checks
+        if self.cand.n < config.min_samples:
+            return self.verdict("wait", f"{self.cand.n}/{config.min_samples} candidate requests")
+        failing = [name for name, ok in checks.items() if ok is False]
+        pending = [
+            name
+            for name, ok in checks.items()
+            if ok is None and name in ("acceptance", "min_acceptance")
+        ]
+        if config.min_shadow_samples and "drift" not in checks:
+            pending.append("drift")
+        if failing or pending:
+            return self.verdict("wait", "not yet conclusive: " + ", ".join(failing + pending))
+        return self.verdict("advance", "all criteria pass")
+
+
+def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: bool) -> Verdict:
+    """The decision rule, a pure function of the evidence (unit-tested on its own): clear
+    failures roll back at once, in this order; otherwise the criteria decide."""
+    judgement = _Judgement.of(config, evidence)
+    steps = [judgement.collapse, judgement.drift_bound]
+    if baseline_speculative:
+        steps.append(judgement.acceptance_vs_baseline)
+    if config.criteria.min_acceptance is not None:
+        steps.append(judgement.min_acceptance)
+    steps.append(judgement.tpot)
+    for step in steps:
+        verdict = step()
+        if verdict is not None:
+            return verdict
+    return judgement.conclude()
 
 
 def sticky_fraction(name: str, key: str) -> float:
