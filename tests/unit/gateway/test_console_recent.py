@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 from proxy.gateway.console.recent import RecentRequests, percentile
-from proxy.records import (
-    Endpoint,
-    Outcome,
-    ParsedRequest,
-    RequestInfo,
-    Route,
-    RouteKind,
-    RouteReason,
-)
+from proxy.records import Outcome
+from tests.unit.record_builders import chat_request, route_to
 
 
 class Clock:
@@ -31,10 +24,8 @@ def finished(pool: str, label: str, ttft: float, tokens: int, ok: bool = True) -
 
 
 def feed(ring: RecentRequests, outcome: Outcome, rid: str) -> None:
-    parsed = ParsedRequest(Endpoint.CHAT, {}, b"{}", "m", True, False, True, 1)
-    reason = RouteReason(RouteKind.SPECULATIVE, f"why {rid}")
-    info = RequestInfo("m", outcome.label, request_id=rid)
-    ring.on_outcome(parsed, outcome, Route(info, outcome.backend, outcome.pool, reason))
+    route = route_to(outcome.backend, outcome.pool, outcome.label, request_id=rid, why=f"why {rid}")
+    ring.on_outcome(chat_request(greedy=True), outcome, route)
 
 
 def test_rows_newest_first_with_reason_and_latencies() -> None:
