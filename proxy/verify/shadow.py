@@ -19,22 +19,23 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import orjson
 
 from proxy.metrics import GatewayMetrics
+from proxy.policy import Policy
 from proxy.policy.shadow import ShadowConfig
-from proxy.records import Endpoint, Outcome, ParsedRequest
+from proxy.records import Endpoint, Outcome, ParsedRequest, Route
 from proxy.routing.fleet import BackendState, Fleet
-from proxy.routing.scheduler.scheduler import Decision
 from proxy.store import Store
 from proxy.verify.compare import (
     Comparison,
     RefToken,
+    Verdict,
     compare,
     tokens_from_chat_logprobs,
     tokens_from_completion_logprobs,
@@ -52,6 +53,16 @@ __all__ = ["QUARANTINE_DOC", "SHADOW_LOG", "ShadowJob", "ShadowVerifier"]
 
 log = logging.getLogger("specroute.shadow")
 QUARANTINE_DOC = "quarantine"
+
+
+class ShadowRates(Protocol):
+    def shadow_rates(self) -> Mapping[str, float]:
+        """Sampling rates by backend name that replace the policy's (a canary's candidates)."""
+
+
+class VerdictListener(Protocol):
+    def on_verdict(self, backend: str, verdict: Verdict) -> None:
+        """One sample of ``backend`` was judged (called off the request path; must not block)."""
 
 
 @dataclass(slots=True)
@@ -103,6 +114,8 @@ class ShadowVerifier:
         client: httpx.AsyncClient,
         metrics: GatewayMetrics,
         *,
+        rates: ShadowRates | None = None,
+        verdict_listeners: tuple[VerdictListener, ...] = (),
         group_listeners: tuple[GroupVerdictListener, ...] = (),
     ) -> None:
         self.fleet = fleet
@@ -116,11 +129,14 @@ class ShadowVerifier:
         self._drift: dict[str, deque[bool]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self.dropped = 0
-        # Rates set by other components (a canary shadows its candidates heavily) and
+        # Rates set by another component (a canary shadows its candidates heavily) and
         # listeners told of each verdict (the canary's drift evidence).
-        self.rate_overrides: Callable[[], dict[str, float]] = dict
-        self.listeners: list[Callable[[str, str], None]] = []
+        self._rates = rates
+        self._verdict_listeners = verdict_listeners
         self._replaying: dict[str, int] = {}
+
+    def on_policy(self, policy: Policy) -> None:
+        self.configure(policy.shadow)
 
     def configure(self, config: ShadowConfig) -> None:
         self.config = config
@@ -138,8 +154,8 @@ class ShadowVerifier:
         )
         return max(1, min(self.config.max_concurrency, int(capacity * self.config.max_share)))
 
-    # -- sampling (called by the gateway as each response ends; must not block) ----------
-    def sample(self, backend: BackendState) -> bool:
+    # -- sampling (called by the gateway on the request path; must not block) ------------
+    def should_capture(self, backend: BackendState) -> bool:
         """Draw, before the request is sent, whether its output is captured and replayed.
 
         Deciding up front keeps the relay from parsing every event of every greedy stream
@@ -152,7 +168,7 @@ class ShadowVerifier:
             # The reference pool's own greedy output: a control sample for the noise floor.
             control = cfg.numerics.control_rate if cfg.numerics.enabled else 0.0
             return backend.pool == cfg.reference_pool and self._draw(control)
-        rate = self.rate_overrides().get(backend.name)
+        rate = self._rates.shadow_rates().get(backend.name) if self._rates else None
         if rate is None:
             rate = cfg.rate_for(backend.name, backend.pool, backend.spec.draft_version)
         return self._draw(rate)
@@ -160,22 +176,22 @@ class ShadowVerifier:
     def _draw(self, rate: float) -> bool:
         return rate > 0 and self._random.random() < rate
 
-    def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         if not outcome.ok or outcome.text is None or self.config.reference_pool is None:
             return
-        if not single_output(parsed):
+        if not single_output(request):
             return
         backend = self.fleet.get(outcome.backend)
         if backend is None:
             return
         job = ShadowJob(
-            parsed,
+            request,
             "".join(outcome.text),
             outcome.backend,
             outcome.pool,
             backend.spec.draft_version,
             outcome.label,
-            decision.request.request_id,
+            route.request.request_id,
             time.monotonic(),
             "sample" if backend.speculative else "control",
             backend.spec.model,
@@ -327,8 +343,8 @@ class ShadowVerifier:
                 self.metrics.shadow_prefix.labels(job.backend, job.draft_version).observe(
                     result.position
                 )
-        for listener in self.listeners:
-            listener(job.backend, result.verdict)
+        for listener in self._verdict_listeners:
+            listener.on_verdict(job.backend, result.verdict)
         if result.verdict != "error":
             await self._judge_quarantine(job.backend, result.verdict == "diverged")
 

@@ -133,7 +133,7 @@ def test_flips_at_the_references_own_rate_are_noise(sims: Sims, gateway_for: Any
     assert group["outcomes"]["diverged_near_tie"] > 0
     assert group["verdict"] == "within_floor", group["numerics"]
     assert group["exact_match_rate"] < group["equivalence_rate"] == 1.0
-    assert gw.call(lambda: gw.gateway.fleet.backends["spec-0"].quarantined) is None
+    assert gw.call(lambda: gw.runtime.fleet.backends["spec-0"].quarantined) is None
 
 
 def test_flips_at_several_times_the_rate_differ_and_quarantine(
@@ -153,7 +153,7 @@ def test_flips_at_several_times_the_rate_differ_and_quarantine(
     assert gaps["p90"] < 0.01
     assert group["severity"]["prefix_tokens"]["p50"] == TIE_AT
     gw.wait_for(
-        lambda: gw.gateway.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine"
+        lambda: gw.runtime.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine"
     )
     reason = httpx.get(gw.url + "/admin/shadow").json()["quarantined"]["spec-0"]
     assert reason.startswith("numerics differ")
@@ -214,7 +214,7 @@ def test_review_labels_feed_the_verdict(sims: Sims, gateway_for: Any) -> None:
     assert case["aligned"]["primary"] != case["aligned"]["reference"]
     assert [t["chosen_by"] for t in case["top_logprobs"][:2]] == ["reference", "primary"]
     # Near ties are noise to the machine: nothing is quarantined until people say drift.
-    assert gw.call(lambda: gw.gateway.fleet.backends["spec-0"].quarantined) is None
+    assert gw.call(lambda: gw.runtime.fleet.backends["spec-0"].quarantined) is None
     for record_id in ids[:4]:
         resp = httpx.post(
             gw.url + f"/admin/shadow/review/{record_id}/label",
@@ -222,9 +222,9 @@ def test_review_labels_feed_the_verdict(sims: Sims, gateway_for: Any) -> None:
         )
         assert resp.status_code == 200, resp.text
     gw.wait_for(
-        lambda: gw.gateway.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine"
+        lambda: gw.runtime.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine"
     )
-    assert "confirmed by review" in gw.call(lambda: gw.gateway.fleet.backends["spec-0"].quarantined)
+    assert "confirmed by review" in gw.call(lambda: gw.runtime.fleet.backends["spec-0"].quarantined)
     group = httpx.get(gw.url + "/admin/shadow").json()["groups"][0]
     assert group["labeled"] == {"drift": 4} and group["drift_rate"] == 4 / 6
     bad = httpx.post(gw.url + f"/admin/shadow/review/{ids[0]}/label", json={"label": "maybe"})
