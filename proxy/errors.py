@@ -39,8 +39,11 @@ class GatewayError(Exception):
         param: str | None = None,
         code: str | None = None,
         type: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(message)
+        # Response headers the error needs (``Retry-After`` and ``x-ratelimit-*`` of a 429).
+        self.headers = headers or []
         self.status = status
         self.message = message
         self.param = param

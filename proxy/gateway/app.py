@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -15,11 +16,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
+from proxy.gateway.clientaddr import trusted_networks
+from proxy.gateway.front import build_front, cors, validating_credentials
 from proxy.gateway.handler import Gateway
+from proxy.gateway.passthrough import passthrough_router
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
@@ -89,9 +94,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
     gateway = Gateway(settings, initial.policy, store, upstream, metrics)
-    manager = PolicyManager(
-        initial, gateway.apply_policy, gateway.validate_policy, store, settings.policy_path
-    )
+    validate = validating_credentials(gateway.validate_policy)
+    manager = PolicyManager(initial, gateway.apply_policy, validate, store, settings.policy_path)
+    redis_url = settings.redis_url or initial.policy.store.redis_url
+    front = build_front(settings, gateway.fleet, initial.policy, metrics, redis_url)
+    gateway.policy_listeners.append(front.passthrough.apply_policy)
+    app.state.front = front
+    app.state.passthrough = front.passthrough
     control = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=settings.connect_timeout_s))
     scraper = Scraper(
         lambda: gateway.fleet,
@@ -149,15 +158,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await upstream.close()
+        await front.close()
         await control.aclose()
         await store.close()
         if app.state.embedded is not None:
             await app.state.embedded.stop()
 
 
+def _request_id(request: Request) -> str:
+    return request.headers.get("x-request-id") or os.urandom(16).hex()
+
+
 async def _gateway_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, GatewayError)
-    return OrjsonResponse(exc.payload(), status_code=exc.status)
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in exc.headers}
+    headers.setdefault("x-request-id", _request_id(request))
+    return OrjsonResponse(exc.payload(), status_code=exc.status, headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> OrjsonResponse:
@@ -170,8 +186,14 @@ async def _validation_error(request: Request, exc: Exception) -> OrjsonResponse:
 
 async def _http_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, HTTPException)
-    err = GatewayError(exc.status_code, str(exc.detail))
-    return OrjsonResponse(err.payload(), status_code=exc.status_code)
+    if exc.status_code == 404:
+        # OpenAI's answer to a path it does not serve.
+        message = f"Invalid URL ({request.method} {request.url.path})"
+        err = GatewayError(404, message, code="unknown_url", type="invalid_request_error")
+    else:
+        err = GatewayError(exc.status_code, str(exc.detail))
+    headers = {"x-request-id": _request_id(request)}
+    return OrjsonResponse(err.payload(), status_code=exc.status_code, headers=headers)
 
 
 class _RelayEndpoint:
@@ -193,12 +215,20 @@ def _relay_route(path: str, kind: Endpoint) -> Route:
 StartupHook = Callable[[FastAPI], Awaitable[None]]
 
 
-
 class GatewayApp(FastAPI):
     """FastAPI for the control plane; the two relayed endpoints are dispatched before
-    FastAPI's middleware stack (~30-40 us per request measured), straight to the relay."""
+    FastAPI's middleware stack (~30-40 us per request measured), straight to the relay.
+    ``front`` (CORS, when configured) wraps both."""
+
+    front: ASGIApp | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.front is not None and scope["type"] == "http":
+            await self.front(scope, receive, send)
+        else:
+            await self.dispatch(scope, receive, send)
+
+    async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             kind = ENDPOINT_BY_PATH.get(scope["path"])
             gateway: Gateway | None = getattr(self.state, "gateway", None)
@@ -226,7 +256,10 @@ def create_app(
     for kind, path in OPENAI_PATHS.items():
         app.router.routes.append(_relay_route(path, kind))
     app.include_router(public_router())
+    app.include_router(passthrough_router())
     app.include_router(admin_router())
+    app.state.trusted_proxies = trusted_networks(settings.trusted_proxies)
+    app.front = cors(settings, app.dispatch)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

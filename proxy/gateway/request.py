@@ -18,6 +18,17 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 
 
+def estimate_prompt_tokens(raw: bytes) -> int:
+    """A request's prompt tokens, estimated from its body: ~4 bytes per token.
+
+    The gateway has no tokenizer (and must not spend one on the request path); ~4 bytes
+    per token is English text in a BPE vocabulary, and the uses (the load scorer's pending
+    prefill, a tenant's token reservation, settled later from the real usage) need sizes,
+    not exact counts (the JSON framing of a short chat turn is noise next to a long prompt).
+    """
+    return len(raw) // 4
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     """The whole request body, refusing (413) as soon as it passes ``limit`` bytes."""
     chunks: list[bytes] = []

@@ -45,6 +45,8 @@ class SimConfig(BaseModel):
     max_num_seqs: int = Field(default=256, gt=0)
     faults: Faults = Field(default_factory=Faults)
     acceptance: dict[PromptClass, float] | None = None
+    # As vLLM's --api-key: a bearer token required on the /v1 and /v2 paths only.
+    api_key: str | None = None
 
     @model_validator(mode="after")
     def _check_acceptance(self) -> SimConfig:
