@@ -38,7 +38,7 @@ class _Form:
         self.handler = handler
 
 
-Route = Endpoint | _Form | Literal["chat", "completion"]
+Route = Endpoint | _Form | Literal["chat", "completion", "responses"]
 
 _NOT_FOUND = orjson.dumps({"detail": "Not Found"})
 _NOT_ALLOWED = orjson.dumps({"detail": "Method Not Allowed"})
@@ -58,6 +58,7 @@ class SimApp:
         self._routes: dict[str, dict[str, Route]] = {
             "/v1/chat/completions": {"POST": "chat"},
             "/v1/completions": {"POST": "completion"},
+            "/v1/responses": {"POST": "responses"},
             "/v1/models": {"GET": self._models},
             "/health": {"GET": self._health},
             "/metrics": {"GET": self._metrics},
@@ -100,7 +101,7 @@ class SimApp:
             return
         try:
             body = await read_body(receive) if scope["method"] in ("POST", "PUT") else b""
-            if target == "chat" or target == "completion":
+            if target == "chat" or target == "completion" or target == "responses":
                 await self._generate(scope, receive, send, body, target)
             elif isinstance(target, _Form):
                 status, payload, content_type = await target.handler(
