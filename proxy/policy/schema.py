@@ -60,6 +60,11 @@ class BackendSpec(_Strict):
     headers: dict[str, str] = Field(
         default_factory=dict, description="extra headers sent to this backend"
     )
+    launch_config: str | None = Field(
+        default=None,
+        description="the engine's vLLM launch config (`vllm serve --config`), relative to the "
+        "policy file; read by `specroute check` only",
+    )
 
     @field_validator("url")
     @classmethod
