@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from proxy.logs import configure_logging
 from proxy.policy import PolicyError, load_policy
 from proxy.settings import Settings
 
@@ -58,6 +58,8 @@ def _keys(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from proxy.gateway.banner import banner
+
     try:
         settings = Settings.from_env(
             {
@@ -69,15 +71,15 @@ def _serve(args: argparse.Namespace) -> int:
                 "admin_token": args.admin_token,
                 "upstream_client": args.upstream,
                 "log_level": args.log_level,
+                "log_format": args.log_format,
+                "sim_logs": args.sim_logs or None,
                 "keys_file": args.keys_file,
             }
         )
     except ValidationError as exc:
         for error in exc.errors():
-            where = ".".join(str(p) for p in error["loc"])
-            print(
-                f"specroute serve: {where + ': ' if where else ''}{error['msg']}", file=sys.stderr
-            )
+            where = "".join(f"{p}: " for p in error["loc"])
+            print(f"specroute serve: {where}{error['msg']}", file=sys.stderr)
         return 2
     problem = _startup_problem(settings)
     if problem is not None:
@@ -97,17 +99,15 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One line per health/metrics scrape would drown the log.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(settings.log_level, settings.log_format)
     common = {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
         "http": "httptools",
         "log_level": settings.log_level,
+        # uvicorn's lines go through the process's logging (one format, text or JSON).
+        "log_config": None,
         "access_log": False,
         # X-Forwarded-For is judged by the gateway itself, against trusted_proxies only
         # (uvicorn would believe it from 127.0.0.1 by default).
@@ -116,11 +116,16 @@ def _serve(args: argparse.Namespace) -> int:
     }
     if settings.workers > 1:
         os.environ[SETTINGS_ENV] = settings.model_dump_json()
+        # Printed once here rather than by each worker.
+        path = settings.policy_path
+        assert path is not None  # checked above: several workers need --config
+        print(banner(settings, load_policy(path), str(path)))
         uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
         from proxy.gateway.app import create_app
+        from proxy.gateway.banner import announce
 
-        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)  # type: ignore[arg-type]
     return 0
 
 
@@ -206,6 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-token", default=None)
     serve.add_argument("--upstream", choices=["aiohttp", "httpx"], default=None)
     serve.add_argument("--log-level", default=None)
+    serve.add_argument(
+        "--log-format", choices=["text", "json"], default=None, help="json: one object per line"
+    )
+    serve.add_argument(
+        "--sim-logs",
+        action="store_true",
+        help="let the embedded simulators log their own uvicorn lines",
+    )
     serve.add_argument(
         "--keys-file", type=Path, default=None, help="API keys and tenants (default: open)"
     )

@@ -55,6 +55,12 @@ class Settings(BaseModel):
     health_failures_to_eject: int = Field(default=2, ge=1)
     store_sync_interval_s: float = Field(default=0.1, gt=0)
     log_level: str = "info"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per line, for log pipelines"
+    )
+    sim_logs: bool = Field(
+        default=False, description="let the embedded simulators log their own start/stop lines"
+    )
 
     # The public face: who may call, from which browsers, through which proxies.
     keys_file: Path | None = Field(

@@ -22,6 +22,7 @@ from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
 from proxy.gateway.clientaddr import trusted_networks
+from proxy.gateway.console import install_console
 from proxy.gateway.front import build_front, cors, validating_credentials
 from proxy.gateway.handler import Gateway
 from proxy.gateway.passthrough import passthrough_router
@@ -60,7 +61,7 @@ async def _load_initial(settings: Settings, app: FastAPI) -> PolicyVersion:
         return PolicyVersion.of(text, str(settings.policy_path))
     from proxy.gateway.embedded import start_embedded_fleet
 
-    fleet = await start_embedded_fleet()
+    fleet = await start_embedded_fleet(quiet=not settings.sim_logs)
     app.state.embedded = fleet
     return PolicyVersion.of(fleet.policy_text, "embedded default fleet")
 
@@ -258,6 +259,7 @@ def create_app(
     app.include_router(public_router())
     app.include_router(passthrough_router())
     app.include_router(admin_router())
+    install_console(app)
     app.state.trusted_proxies = trusted_networks(settings.trusted_proxies)
     app.front = cors(settings, app.dispatch)
     app.add_exception_handler(GatewayError, _gateway_error)

@@ -68,6 +68,10 @@ class Observer:
         self.metrics.requests.labels(outcome.backend, outcome.pool, outcome.label, result).inc()
         if not outcome.ok:
             return
+        if outcome.completion_tokens:
+            self.metrics.completion_tokens.labels(outcome.pool, outcome.label).inc(
+                outcome.completion_tokens
+            )
         ttft, tpot = outcome.ttft, outcome.tpot
         if ttft is not None:
             self.metrics.ttft.labels(outcome.pool).observe(ttft)

@@ -122,7 +122,8 @@ async def test_alert_rules_use_only_metrics_the_gateway_exports() -> None:
             exported = (await client.get("/metrics")).text
     names = {line.split()[2] for line in exported.splitlines() if line.startswith("# TYPE ")}
     # Counters are exported with _total; histograms add _bucket/_sum/_count to the family.
-    assert wanted <= names | {n + "_total" for n in names}, wanted - names
+    suffixes = ("_total", "_bucket", "_sum", "_count")
+    assert wanted <= names | {n + s for n in names for s in suffixes}, wanted - names
 
 
 # -- the policy and the Services ----------------------------------------------------------
@@ -305,3 +306,12 @@ def test_only_the_gateway_reaches_engines_and_redis(rendered: Rendered) -> None:
                 for peer in rule["from"]:
                     assert set(peer) == {"podSelector"}, policy["metadata"]["name"]
                     assert selects(peer["podSelector"]["matchLabels"], gateway_labels)
+
+
+def test_prometheus_rule_wraps_the_alert_rule_file() -> None:
+    """The operator's PrometheusRule carries exactly the groups of the rule file promtool tests."""
+    rule_file = yaml.safe_load((REPO / "deploy/prometheus/specroute-alerts.yaml").read_text())
+    wrapped = yaml.safe_load(
+        (REPO / "deploy/kubernetes/components/monitoring/prometheusrule.yaml").read_text()
+    )
+    assert wrapped["spec"]["groups"] == rule_file["groups"]
