@@ -94,7 +94,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = app.state.store_override or make_store(settings, initial.policy.store.redis_url)
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
-    gateway = Gateway(settings, initial.policy, store, upstream, metrics)
+    canary = CanaryController(store, metrics)
+    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
+    gateway = Gateway(settings, initial.policy, store, upstream, metrics, canary)
     validate = validating_credentials(gateway.validate_policy)
     manager = PolicyManager(initial, gateway.apply_policy, validate, store, settings.policy_path)
     redis_url = settings.redis_url or initial.policy.store.redis_url
@@ -122,9 +124,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.add_collector(
         CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
     )
-    canary = CanaryController(store, metrics)
-    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
-    gateway.scheduler.extras["canary"] = canary
     gateway.hooks.append(canary.hook)
     shadow.listeners.append(canary.on_shadow)
     shadow.rate_overrides = canary.shadow_rates

@@ -169,7 +169,7 @@ def install_console(app: FastAPI) -> None:
 
     async def attach(app: FastAPI) -> None:
         gateway: Gateway = app.state.gateway
-        recent = RecentRequests(gateway.scheduler.reason)
+        recent = RecentRequests(lambda decision: gateway.scheduler.reason(decision).text)
         gateway.hooks.append(recent.hook)
         app.state.recent_requests = recent
 
