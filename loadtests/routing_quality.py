@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from loadtests.endpoints import admin_json, fetch_metrics
-from loadtests.loadgen import LoadGenerator, RunResult, run_async
+from loadtests.loadgen import Arrival, LoadGenerator, RunResult, run_async
 from loadtests.prices import GpuPrice, resolve_price
 from loadtests.prompts import DEFAULT_MIX, PromptFactory, parse_mix
 from loadtests.report import machine, report_dir, write_json, write_outputs
@@ -38,11 +38,11 @@ from loadtests.routing_policies import (
     DEFAULT_POLICIES,
     FLEET,
     POLICIES,
-    SPECULATIVE,
     build_policy,
+    speculative_names,
 )
 from loadtests.routing_report import render
-from loadtests.simfleet import MODEL, SimFleet, gateway, step_lag
+from loadtests.simfleet import MODEL, EndpointFleet, SimFleet, SimSpec, gateway, step_lag
 from loadtests.summary import Slo, metrics_acceptance, summarize
 from loadtests.traces import Phase, format_trace, parse_trace
 
@@ -62,6 +62,13 @@ class Plan:
     slo: Slo = field(default_factory=Slo)
     price: GpuPrice = field(default_factory=lambda: resolve_price("h200"))
     timeline_bins: int = 48
+    fleet: tuple[SimSpec, ...] = FLEET
+    # Engine profile data for the simulators (None: the default, measured on an H200).
+    profile: dict[str, Any] | None = None
+    profile_name: str = "default (H200, measured)"
+    # Real backends by name (``fleet`` then describes them) instead of simulators.
+    endpoints: dict[str, str] | None = None
+    model: str = MODEL
     # Whole-trace goodput is also reported under these (TTFT s, TPOT s) objectives.
     slo_variants: tuple[tuple[float, float], ...] = ((0.3, 0.015), (1.0, 0.05))
 
@@ -76,55 +83,72 @@ class Plan:
             "slo": {"ttft_ms": self.slo.ttft_s * 1000, "tpot_ms": self.slo.tpot_s * 1000},
             "slo_text": self.slo.describe(),
             "gpu_price": dataclasses.asdict(self.price),
-            "gpus": len(FLEET),
-            "fleet": [dataclasses.asdict(s) for s in FLEET],
+            "gpus": len(self.fleet),
+            "fleet": [dataclasses.asdict(s) for s in self.fleet],
+            "profile": self.profile_name,
         }
 
 
-async def spec_counters(fleet: SimFleet) -> dict[str, float]:
+async def spec_counters(fleet: SimFleet | EndpointFleet) -> dict[str, float]:
     """``vllm:spec_decode_*`` counters summed over the speculative simulators."""
     total: dict[str, float] = {}
-    for name in SPECULATIVE:
+    for name in speculative_names(fleet.specs):
         for key, value in (await fetch_metrics(fleet.url(name), ["vllm:spec_decode"])).items():
             total[key] = total.get(key, 0.0) + value
     return total
 
 
-async def run_policy(plan: Plan, name: str, workdir: Path) -> dict[str, Any]:
-    async with SimFleet(FLEET, plan.time_scale, workdir) as fleet:
+async def run_policy(
+    plan: Plan,
+    name: str,
+    workdir: Path,
+    schedule: Sequence[Arrival] | None = None,
+    inspect: Callable[[RunResult], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One policy on fresh simulators and a fresh gateway: the plan's trace, or (a replay)
+    its open-loop phases with the requests of ``schedule`` at their own times."""
+    fleet: SimFleet | EndpointFleet
+    if plan.endpoints is not None:
+        fleet = EndpointFleet(plan.fleet, plan.endpoints, plan.model)
+    else:
+        fleet = SimFleet(plan.fleet, plan.time_scale, workdir, profile=plan.profile)
+    async with fleet:
         policy = build_policy(name, fleet)
         async with gateway(policy, workdir, name) as gw:
             engines_before = await fleet.engine_states()
             counters_before = await spec_counters(fleet)
-            generator = LoadGenerator(gw.url, MODEL, time_scale=plan.time_scale, progress=name)
+            generator = LoadGenerator(gw.url, plan.model, time_scale=plan.time_scale, progress=name)
             factory = PromptFactory(plan.seed, plan.mix, plan.output_scale)
-            run = await generator.run(plan.trace, factory)
+            run = await generator.run(plan.trace, factory, schedule=schedule)
+            extra = inspect(run) if inspect is not None else {}
             lag = step_lag(engines_before, await fleet.engine_states())
             acceptance = metrics_acceptance(counters_before, await spec_counters(fleet))
             break_even = (await admin_json(gw.url, "/admin/break-even"))["pools"]
     result = analyse(run, plan)
-    result |= {"lag": lag, "metrics_acceptance": acceptance, "break_even": break_even}
+    result |= {"lag": lag, "metrics_acceptance": acceptance, "break_even": break_even, **extra}
     return result
 
 
-def _spec_share(records: Sequence[Any]) -> float | None:
+def _spec_share(records: Sequence[Any], speculative: frozenset[str]) -> float | None:
     routed = [r for r in records if r.ok and r.backend is not None]
     if not routed:
         return None
-    return sum(1 for r in routed if r.backend in SPECULATIVE) / len(routed)
+    return sum(1 for r in routed if r.backend in speculative) / len(routed)
 
 
 def analyse(run: RunResult, plan: Plan) -> dict[str, Any]:
-    scale, slo, gpus = run.time_scale, plan.slo, len(FLEET)
+    scale, slo, gpus = run.time_scale, plan.slo, len(plan.fleet)
+    speculative = speculative_names(plan.fleet)
     end = run.phase_windows[-1][1]
     phases = []
     for index, window in enumerate(run.phase_windows):
         summary = summarize(run.records, window, scale, slo, plan.price, gpus)
-        summary["spec_share"] = _spec_share([r for r in run.records if r.phase == index])
+        in_phase = [r for r in run.records if r.phase == index]
+        summary["spec_share"] = _spec_share(in_phase, speculative)
         summary["name"] = run.phases[index].name
         phases.append(summary)
     overall = summarize(run.records, (0.0, end), scale, slo, plan.price, gpus)
-    overall["spec_share"] = _spec_share(run.records)
+    overall["spec_share"] = _spec_share(run.records, speculative)
     routes: dict[str, Counter[str]] = {}
     for r in run.records:
         if r.ok and r.backend:
@@ -148,12 +172,14 @@ def analyse(run: RunResult, plan: Plan) -> dict[str, Any]:
 
 def timeline(run: RunResult, plan: Plan) -> dict[str, list[float | None]]:
     """Per time bin (model seconds): median TPOT (ms) of requests ending in it, share of
-    requests started in it that went to a speculative backend, goodput (req/s)."""
+    requests started in it that went to a speculative backend, goodput (req/s), and the
+    offered load (requests started in it, per second)."""
     scale, width = run.time_scale, run.phase_windows[-1][1] / plan.timeline_bins
     t: list[float | None] = []
     tpot: list[float | None] = []
     share: list[float | None] = []
     good: list[float | None] = []
+    offered: list[float | None] = []
     for i in range(plan.timeline_bins):
         lo, hi = i * width, (i + 1) * width
         ended = [r for r in run.records if r.ok and r.end is not None and lo <= r.end < hi]
@@ -161,9 +187,16 @@ def timeline(run: RunResult, plan: Plan) -> dict[str, list[float | None]]:
         tpots = [tp / scale * 1000 for r in ended if (tp := r.tpot) is not None]
         t.append((lo + hi) / 2 / scale)
         tpot.append(statistics.median(tpots) if tpots else None)
-        share.append(_spec_share(started))
+        share.append(_spec_share(started, speculative_names(plan.fleet)))
         good.append(sum(1 for r in ended if plan.slo.met(r, scale)) / (width / scale))
-    return {"t_s": t, "tpot_ms": tpot, "spec_share": share, "goodput_rps": good}
+        offered.append(len(started) / (width / scale))
+    return {
+        "t_s": t,
+        "tpot_ms": tpot,
+        "spec_share": share,
+        "goodput_rps": good,
+        "offered_rps": offered,
+    }
 
 
 async def run(plan: Plan) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The ``specroute`` command: serve, sim, policy validate, check, bench."""
+"""The ``specroute`` command: serve, sim, policy validate, check, bench, plan."""
 
 from __future__ import annotations
 
@@ -73,6 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "log_level": args.log_level,
                 "log_format": args.log_format,
                 "sim_logs": args.sim_logs or None,
+                "traffic_log_path": args.traffic_log,
                 "keys_file": args.keys_file,
             }
         )
@@ -176,24 +177,33 @@ def _check(args: argparse.Namespace) -> int:
     return status
 
 
-def _bench(argv: list[str]) -> int:
-    """The benchmarks live in the repository's ``loadtests/`` (not in the wheel): found at
-    run time, from the import path or the current directory."""
+def _from_checkout(module_name: str, argv: list[str]) -> int:
+    """Run ``module_name.main(argv)`` from the repository's ``loadtests/`` (not in the
+    wheel): found at run time, from the import path or the current directory."""
     try:
-        module = importlib.import_module("loadtests.cli")
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError:
         if not (Path.cwd() / "loadtests" / "cli.py").is_file():
             print(
-                "specroute bench runs the benchmarks in the repository's loadtests/ folder, "
-                "which this installation does not include: run it from a checkout of the "
-                "repository (its root as the current directory)",
+                "specroute bench and specroute plan run code in the repository's loadtests/ "
+                "folder, which this installation does not include: run them from a checkout "
+                "of the repository (its root as the current directory)",
                 file=sys.stderr,
             )
             return 2
         sys.path.insert(0, str(Path.cwd()))
-        module = importlib.import_module("loadtests.cli")
+        module = importlib.import_module(module_name)
     result: int = module.main(argv)
     return result
+
+
+def _bench(argv: list[str]) -> int:
+    return _from_checkout("loadtests.cli", argv)
+
+
+def _plan(argv: list[str]) -> int:
+    """``specroute plan``: the fleet planner (``loadtests/planner.py``)."""
+    return _from_checkout("loadtests.planner", argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim-logs",
         action="store_true",
         help="let the embedded simulators log their own uvicorn lines",
+    )
+    serve.add_argument(
+        "--traffic-log", type=Path, default=None, help="write one JSON line per request here"
     )
     serve.add_argument(
         "--keys-file", type=Path, default=None, help="API keys and tenants (default: open)"
@@ -259,18 +272,23 @@ def build_parser() -> argparse.ArgumentParser:
         "sim", help="run a simulated vLLM backend (see 'specroute sim --help')", add_help=False
     )
     sub.add_parser("bench", help="benchmarks (see 'specroute bench --help')", add_help=False)
+    sub.add_parser(
+        "plan", help="fleet composition for a trace (see 'specroute plan --help')", add_help=False
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # sim and bench own their whole argument lists.
+    # sim, bench and plan own their whole argument lists.
     if argv and argv[0] == "sim":
         from proxy.sim.cli import main as sim_main
 
         return sim_main(argv[1:])
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
+    if argv and argv[0] == "plan":
+        return _plan(argv[1:])
     args = build_parser().parse_args(argv)
     result: int = args.func(args)
     return result

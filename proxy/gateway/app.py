@@ -27,6 +27,7 @@ from proxy.gateway.front import build_front, cors, validating_credentials
 from proxy.gateway.handler import Gateway
 from proxy.gateway.passthrough import passthrough_router
 from proxy.gateway.responses import OrjsonResponse
+from proxy.gateway.traffic_log import traffic_log
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
 from proxy.policy import load_policy
@@ -125,6 +126,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
     )
     gateway.hooks.append(canary.hook)
+    gateway.hooks += [log.on_outcome for log in traffic_log(settings, store, metrics.registry)]
     shadow.listeners.append(canary.on_shadow)
     shadow.rate_overrides = canary.shadow_rates
     gateway.policy_listeners.append(lambda p: canary.configure(p.canary, p.baseline_speculative()))
