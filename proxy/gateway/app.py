@@ -24,7 +24,7 @@ from proxy.gateway.api import public_router
 from proxy.gateway.clientaddr import trusted_networks
 from proxy.gateway.console import install_console
 from proxy.gateway.front import build_front, cors, validating_credentials
-from proxy.gateway.handler import Gateway
+from proxy.gateway.handler import Gateway, send_json
 from proxy.gateway.passthrough import passthrough_router
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.traffic_log import traffic_log
@@ -139,6 +139,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     tasks: list[asyncio.Task[Any]] = []
     await store.start()
     await upstream.start()
+    await front.start()
     for hook in app.state.startup_hooks:
         await hook(app)
     # Start-up garbage (imports, the policy, plugins) is moved out of the collector's view:
@@ -235,9 +236,26 @@ class GatewayApp(FastAPI):
             kind = ENDPOINT_BY_PATH.get(scope["path"])
             gateway: Gateway | None = getattr(self.state, "gateway", None)
             if kind is not None and gateway is not None:
+                if await self._refused(scope, send):
+                    return
                 await gateway.handle(kind, scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+    async def _refused(self, scope: Any, send: Any) -> bool:
+        """The API key check for the routed endpoints (their limits are not applied yet:
+        the request path has no seam for an admission held until the response is over)."""
+        door = self.state.front.door
+        if door.open:
+            return False
+        headers = dict(scope["headers"])
+        try:
+            door.authenticate(headers.get(b"authorization", b"").decode("latin-1") or None)
+        except GatewayError as err:
+            rid = headers.get(b"x-request-id") or os.urandom(16).hex().encode()
+            await send_json(send, err.status, err.body(), [(b"x-request-id", rid)])
+            return True
+        return False
 
 
 def create_app(

@@ -43,6 +43,9 @@ class Front:
     passthrough: Passthrough
     limiter: Limiter
 
+    async def start(self) -> None:
+        await self.limiter.start()
+
     async def close(self) -> None:
         await self.passthrough.aclose()
         if isinstance(self.limiter, FleetLimiter):

@@ -83,6 +83,17 @@ def test_a_known_key_is_let_in_and_others_get_401(gw: GatewayHandle) -> None:
         sdk(gw, "sk-nobody").models.list()
 
 
+def test_routed_endpoints_need_a_key_too(gw: GatewayHandle) -> None:
+    reply = sdk(gw, GOOD).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert reply.choices
+    with pytest.raises(openai.AuthenticationError) as refused:
+        sdk(gw, "sk-wrong-key-123456").completions.create(model=MODEL, prompt="x", max_tokens=2)
+    assert refused.value.code == "invalid_api_key"
+    assert refused.value.response.headers["x-request-id"]
+
+
 def test_models_outside_a_tenants_list_are_invisible(gw: GatewayHandle) -> None:
     narrow = sdk(gw, NARROW)
     assert narrow.models.list().data == []

@@ -102,6 +102,9 @@ class Limiter(Protocol):
     async def release(self, ask: Ask) -> None:
         """The request of ``ask`` is over: free its concurrency slot."""
 
+    async def start(self) -> None:
+        """Connect ahead of the first request (a burst then finds the link ready)."""
+
 
 @dataclass(slots=True)
 class _TenantState:
@@ -157,3 +160,6 @@ class LocalLimiter:
 
     async def release(self, ask: Ask) -> None:
         self._state(ask.tenant).running.discard(ask.request_id)
+
+    async def start(self) -> None:
+        return None

@@ -112,7 +112,7 @@ class RedisLimiter:
         *,
         key_prefix: str = "specroute:",
         lease_s: float = 600.0,
-        command_timeout_s: float = 0.25,
+        command_timeout_s: float = 1.0,
     ) -> None:
         self._client = aioredis.Redis.from_url(
             url, socket_timeout=command_timeout_s, socket_connect_timeout=command_timeout_s
@@ -155,6 +155,12 @@ class RedisLimiter:
     async def release(self, ask: Ask) -> None:
         if ask.concurrent is not None:
             await self._client.zrem(self._keys(ask.tenant)[2], ask.request_id)
+
+    async def start(self) -> None:
+        # The scripts loaded and a connection open before traffic: a first burst of
+        # requests otherwise opens connections and loads the script all at once.
+        await self._client.script_load(_ACQUIRE)
+        await self._client.script_load(_SETTLE)
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -230,6 +236,12 @@ class FleetLimiter:
             await self.shared.release(ask)
         except (RedisError, OSError, TimeoutError) as exc:
             self._lost(exc)  # its lease expires on its own
+
+    async def start(self) -> None:
+        try:
+            await self.shared.start()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._lost(exc)
 
     async def close(self) -> None:
         await self.shared.close()
