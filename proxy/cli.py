@@ -131,13 +131,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from proxy.gateway.handler import Gateway
+    from proxy.gateway.runtime import Runtime
 
     status = 0
     for path in args.files:
         try:
             policy = load_policy(path)
-            Gateway.validate_policy(policy)
+            Runtime.validate_policy(policy)
         except PolicyError as exc:
             print(exc, file=sys.stderr)
             status = 1
@@ -152,14 +152,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from proxy.check import ModelResolver, check_deployment
-    from proxy.gateway.handler import Gateway
+    from proxy.gateway.runtime import Runtime
 
     resolver = ModelResolver(args.models)
     status = 0
     for path in args.files:
         try:
             policy = load_policy(path)
-            Gateway.validate_policy(policy)
+            Runtime.validate_policy(policy)
         except PolicyError as exc:
             print(exc, file=sys.stderr)
             status = 1

@@ -8,7 +8,7 @@ keeping them here lets each of those import the records without importing each o
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -96,7 +96,8 @@ class Outcome:
     error: str | None = None
     client_gone: bool = False
     attempts: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Whether the stream's usage event reached the client (counted in ``events``).
+    usage_forwarded: bool = False
 
     @property
     def ttft(self) -> float | None:
@@ -109,3 +110,14 @@ class Outcome:
         if self.first_byte is None or not tokens or tokens < 2:
             return None
         return (self.finished - self.first_byte) / (tokens - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one relayed request went and why: what listeners after the response know of
+    the scheduling decision."""
+
+    request: RequestInfo
+    backend: str
+    pool: str
+    reason: RouteReason

@@ -7,13 +7,13 @@ import time
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
+from proxy.gateway.runtime import Runtime
 
 
-def gateway_of(request: Request) -> Gateway:
-    gateway: Gateway = request.app.state.gateway
-    return gateway
+def runtime_of(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 def public_router() -> APIRouter:
@@ -25,15 +25,15 @@ def public_router() -> APIRouter:
 
     @router.get("/ready")
     async def ready(request: Request) -> OrjsonResponse:
-        gateway = gateway_of(request)
-        healthy = [b.name for b in gateway.fleet.backends.values() if b.healthy]
-        store = gateway.store.health()
+        runtime = runtime_of(request)
+        healthy = [b.name for b in runtime.fleet.backends.values() if b.healthy]
+        store = runtime.store.health()
         body = {
             "ready": bool(healthy),
             "healthy_backends": healthy,
             "unhealthy_backends": {
                 b.name: b.last_error or "not checked yet"
-                for b in gateway.fleet.backends.values()
+                for b in runtime.fleet.backends.values()
                 if not b.healthy
             },
             "store": {"backend": store.backend, "degraded": store.degraded, "detail": store.detail},
@@ -44,7 +44,7 @@ def public_router() -> APIRouter:
 
     @router.get("/metrics")
     async def metrics(request: Request) -> Response:
-        registry = gateway_of(request).metrics.registry
+        registry = runtime_of(request).metrics.registry
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -15,29 +15,27 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
 from proxy.gateway.clientaddr import trusted_networks
+from proxy.gateway.compose import Components, compose
 from proxy.gateway.console import install_console
 from proxy.gateway.front import build_front, cors, validating_credentials
 from proxy.gateway.handler import Gateway, send_json
 from proxy.gateway.passthrough import passthrough_router
 from proxy.gateway.responses import OrjsonResponse
-from proxy.gateway.traffic_log import traffic_log
+from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
 from proxy.policy import load_policy
 from proxy.policy.manager import PolicyManager, PolicyVersion
-from proxy.records import ENDPOINT_BY_PATH, OPENAI_PATHS, Endpoint
+from proxy.records import ENDPOINT_BY_PATH
 from proxy.routing.scrape import Scraper
 from proxy.settings import Settings
 from proxy.store import MemoryStore, Store
-from proxy.verify.canary import CanaryController
-from proxy.verify.shadow import ShadowVerifier
 
 log = logging.getLogger("specroute")
 
@@ -79,12 +77,26 @@ def _spawn(tasks: list[asyncio.Task[Any]], coro: Awaitable[Any], name: str) -> N
     tasks.append(asyncio.get_running_loop().create_task(guarded(), name=name))
 
 
-async def _sync_inflight(gateway: Gateway, interval_s: float) -> None:
+async def _sync_inflight(runtime: Runtime, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        local = gateway.fleet.snapshot_local()
-        counts = await gateway.store.fleet_inflight()
-        gateway.fleet.apply_fleet_inflight(counts, local)
+        local = runtime.fleet.snapshot_local()
+        counts = await runtime.store.fleet_inflight()
+        runtime.fleet.apply_fleet_inflight(counts, local)
+
+
+def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
+    """The gauges read at scrape time (the request path updates none)."""
+    runtime = parts.runtime
+    metrics.add_collector(
+        FleetCollector(runtime.fleet, runtime.acceptance, runtime.break_even, runtime.store)
+    )
+    metrics.add_collector(
+        CallbackGauge(
+            "specroute_shadow_queue_depth", "Shadow samples waiting", parts.shadow.queue_depth
+        )
+    )
+    metrics.add_collector(CanaryCollector(parts.canary))
 
 
 @contextlib.asynccontextmanager
@@ -95,47 +107,30 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = app.state.store_override or make_store(settings, initial.policy.store.redis_url)
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
-    canary = CanaryController(store, metrics)
-    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
-    gateway = Gateway(settings, initial.policy, store, upstream, metrics, canary)
-    validate = validating_credentials(gateway.validate_policy)
-    manager = PolicyManager(initial, gateway.apply_policy, validate, store, settings.policy_path)
-    redis_url = settings.redis_url or initial.policy.store.redis_url
-    front = build_front(settings, gateway.fleet, initial.policy, metrics, redis_url)
-    gateway.policy_listeners.append(front.passthrough.apply_policy)
-    app.state.front = front
-    app.state.passthrough = front.passthrough
     control = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=settings.connect_timeout_s))
+    parts = compose(settings, initial.policy, store, metrics, upstream, control)
+    runtime, shadow, canary = parts.runtime, parts.shadow, parts.canary
+    redis_url = settings.redis_url or initial.policy.store.redis_url
+    front = build_front(settings, runtime.fleet, initial.policy, metrics, redis_url)
+    passthrough = front.passthrough
+    validate = validating_credentials(runtime.validate_policy)
+    manager = PolicyManager(initial, runtime.apply_policy, validate, store, settings.policy_path)
     scraper = Scraper(
-        lambda: gateway.fleet,
+        lambda: runtime.fleet,
         control,
         settings.scrape_interval_s,
         settings.health_failures_to_eject,
     )
-    metrics.add_collector(
-        FleetCollector(
-            lambda: gateway.fleet, gateway.acceptance, gateway.break_even, lambda: gateway.store
-        )
-    )
-    shadow = ShadowVerifier(gateway.fleet, store, control, metrics)
-    shadow.configure(initial.policy.shadow)
-    gateway.hooks.append(shadow.hook)
-    gateway.capture = shadow.sample
-    gateway.policy_listeners.append(lambda policy: shadow.configure(policy.shadow))
-    metrics.add_collector(
-        CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
-    )
-    gateway.hooks.append(canary.hook)
-    gateway.hooks += [log.on_outcome for log in traffic_log(settings, store, metrics.registry)]
-    shadow.listeners.append(canary.on_shadow)
-    shadow.rate_overrides = canary.shadow_rates
-    gateway.policy_listeners.append(lambda p: canary.configure(p.canary, p.baseline_speculative()))
-    metrics.add_collector(CanaryCollector(canary.snapshot))
+    _add_collectors(metrics, parts)
     app.state.canary = canary
     app.state.shadow = shadow
-    app.state.gateway = gateway
+    app.state.runtime = runtime
+    app.state.gateway = parts.gateway
+    app.state.recent_requests = parts.recent
     app.state.policy_manager = manager
     app.state.control_client = control
+    app.state.front = front
+    app.state.passthrough = passthrough
     tasks: list[asyncio.Task[Any]] = []
     await store.start()
     await upstream.start()
@@ -148,8 +143,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         await scraper.check_all()
         _spawn(tasks, scraper.run(), "scrape")
-        _spawn(tasks, gateway.observer.run(), "observe")
-        _spawn(tasks, _sync_inflight(gateway, settings.store_sync_interval_s), "inflight-sync")
+        _spawn(tasks, parts.observer.run(), "observe")
+        _spawn(tasks, _sync_inflight(runtime, settings.store_sync_interval_s), "inflight-sync")
         _spawn(tasks, manager.follow_store(), "policy-follow")
         _spawn(tasks, shadow.run(), "shadow")
         _spawn(tasks, canary.run(), "canary")
@@ -199,29 +194,15 @@ async def _http_error(request: Request, exc: Exception) -> OrjsonResponse:
     return OrjsonResponse(err.payload(), status_code=exc.status_code, headers=headers)
 
 
-class _RelayEndpoint:
-    """A raw ASGI endpoint (a callable object, so Starlette does not wrap it in a
-    Request/Response handler): nothing between uvicorn and the relay on the hot path."""
-
-    def __init__(self, kind: Endpoint) -> None:
-        self.kind = kind
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        gateway: Gateway = scope["app"].state.gateway
-        await gateway.handle(self.kind, scope, receive, send)
-
-
-def _relay_route(path: str, kind: Endpoint) -> Route:
-    return Route(path, _RelayEndpoint(kind), methods=["POST"], include_in_schema=False)
-
-
 StartupHook = Callable[[FastAPI], Awaitable[None]]
 
 
 class GatewayApp(FastAPI):
-    """FastAPI for the control plane; the two relayed endpoints are dispatched before
-    FastAPI's middleware stack (~30-40 us per request measured), straight to the relay.
-    ``front`` (CORS, when configured) wraps both."""
+    """FastAPI for the control plane; the relayed endpoints are dispatched before FastAPI's
+    middleware stack (~30-40 us per request measured), straight to the request path, which
+    also answers their other methods (405). They have no FastAPI route: one way in, and no
+    OpenAPI entry for endpoints whose schema is OpenAI's. ``front`` (CORS, when configured)
+    wraps both."""
 
     front: ASGIApp | None = None
 
@@ -232,7 +213,7 @@ class GatewayApp(FastAPI):
             await self.dispatch(scope, receive, send)
 
     async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if scope["type"] == "http":
             kind = ENDPOINT_BY_PATH.get(scope["path"])
             gateway: Gateway | None = getattr(self.state, "gateway", None)
             if kind is not None and gateway is not None:
@@ -273,8 +254,6 @@ def create_app(
     app.state.store_override = store
     app.state.startup_hooks = list(startup_hooks or [])
     app.state.started_at = time.time()
-    for kind, path in OPENAI_PATHS.items():
-        app.router.routes.append(_relay_route(path, kind))
     app.include_router(public_router())
     app.include_router(passthrough_router())
     app.include_router(admin_router())

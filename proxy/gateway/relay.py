@@ -25,7 +25,7 @@ import orjson
 
 from proxy.errors import GatewayError
 from proxy.gateway.upstream import UpstreamError, UpstreamResponse
-from proxy.gateway.watch import Watch
+from proxy.gateway.watch import Interruption, Watch
 from proxy.records import Outcome
 
 Message = MutableMapping[str, Any]
@@ -100,7 +100,7 @@ class StreamRelay:
         loop = asyncio.get_running_loop()
         idle = loop.time() - self._last
         if idle >= self._idle_timeout:
-            self._watch.cancel("idle")
+            self._watch.cancel(Interruption.UPSTREAM_IDLE)
         else:
             self._timer = loop.call_later(self._idle_timeout - idle, self._check_idle)
 
@@ -117,7 +117,7 @@ class StreamRelay:
             why = self._watch.absorb()
             if why is None:
                 raise
-            if why == "client":
+            if why is Interruption.CLIENT_GONE:
                 outcome.client_gone = True
                 outcome.error = "client disconnected"
             else:

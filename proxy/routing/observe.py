@@ -12,9 +12,10 @@ import logging
 from typing import Any
 
 from proxy.metrics import GatewayMetrics
-from proxy.records import Outcome
+from proxy.records import Outcome, ParsedRequest, Route
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import Fleet
 from proxy.store import Store
 
 log = logging.getLogger("specroute.observe")
@@ -37,7 +38,7 @@ def acceptance_of(outcome: Outcome, k: int, kind: str) -> tuple[float, float] | 
     if not tokens or k <= 0 or outcome.events <= 0:
         return None
     # Not content: [DONE], the usage event (counted only when forwarded), chat's role event.
-    steps = outcome.events - 1 - (1 if outcome.extra.get("usage_forwarded") else 0)
+    steps = outcome.events - 1 - (1 if outcome.usage_forwarded else 0)
     steps -= 1 if kind == "chat" else 0
     if steps <= 1:
         return None
@@ -49,18 +50,25 @@ class Observer:
     def __init__(
         self,
         store: Store,
+        fleet: Fleet,
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
         metrics: GatewayMetrics,
         flush_interval_s: float = 0.1,
     ) -> None:
         self.store = store
+        self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
         self.metrics = metrics
         self._flush_interval = flush_interval_s
         self._pending: list[dict[str, Any]] = []
         self._cursor: str | None = None
+
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
+        backend = self.fleet.get(outcome.backend)
+        k = backend.spec.speculation.k if backend is not None else 0
+        self.record(outcome, k, request.kind)
 
     def record(self, outcome: Outcome, k: int, kind: str) -> None:
         """Apply one outcome (synchronous and cheap: called as the response ends)."""

@@ -45,7 +45,7 @@ def gw(keyed: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     policy = write_policy(folder / "policy.yaml", {"backends": [backend]})
     settings = Settings(policy_path=policy, port=0, scrape_interval_s=0.5, first_byte_timeout_s=120)
     with run_gateway(settings) as handle:
-        handle.wait_for(lambda: handle.gateway.fleet.any_healthy(), 30, "the backend healthy")
+        handle.wait_for(lambda: handle.runtime.fleet.any_healthy(), 30, "the backend healthy")
         yield handle
 
 

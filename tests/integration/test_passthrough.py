@@ -56,9 +56,9 @@ def gw(sims: list[SimServer], tmp_path_factory: pytest.TempPathFactory) -> Itera
         cors_allow_origins=[ORIGIN],
     )
     with run_gateway(settings) as handle:
-        handle.wait_for(lambda: handle.gateway.fleet.any_healthy(), what="a healthy backend")
+        handle.wait_for(lambda: handle.runtime.fleet.any_healthy(), what="a healthy backend")
         handle.wait_for(
-            lambda: all(b.healthy for b in handle.gateway.fleet.backends.values()),
+            lambda: all(b.healthy for b in handle.runtime.fleet.backends.values()),
             what="both backends healthy",
         )
         yield handle
