@@ -112,7 +112,10 @@ class SimApp:
                 status, payload, content_type = await target(body)
                 await respond(send, status, payload, content_type)
         except SimHTTPError as exc:
-            await respond(send, exc.status, exc.body())
+            extra = []
+            if exc.retry_after_s is not None:
+                extra.append((b"retry-after", str(exc.retry_after_s).encode()))
+            await respond(send, exc.status, exc.body(), headers=extra)
         except BodyTooLarge:
             await respond(send, 413, error_body(413, "Request body too large."))
 

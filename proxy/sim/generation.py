@@ -47,7 +47,11 @@ class GenerationHandler:
         )
         faults = engine.faults
         if faults.error_rate > 0 and engine.rng.random() < faults.error_rate:
-            raise SimHTTPError(faults.error_status, "Simulated engine failure (error_rate).")
+            raise SimHTTPError(
+                faults.error_status,
+                "Simulated engine failure (error_rate).",
+                retry_after_s=faults.retry_after_s,
+            )
         prefix = _PREFIXES[kind]
         # vLLM: the X-Request-Id header, else 16 hex digits of a random UUID.
         request_id = prefix + (header(scope, b"x-request-id") or uuid.uuid4().hex[:16])
