@@ -85,6 +85,11 @@ class Settings(BaseModel):
     cors_allow_headers: list[str] = Field(
         default_factory=lambda: ["authorization", "content-type", "x-request-id"]
     )
+    route_headers: bool = Field(
+        default=True,
+        description="x-specroute-backend/-route on responses (the fleet's layout: turn off "
+        "for public deployments; x-specroute-class stays)",
+    )
     trusted_proxies: list[str] = Field(
         default_factory=list,
         description="addresses or networks whose X-Forwarded-For names the real client",

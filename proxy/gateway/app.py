@@ -23,14 +23,15 @@ from proxy.gateway.api import public_router
 from proxy.gateway.clientaddr import trusted_networks
 from proxy.gateway.compose import Components, compose
 from proxy.gateway.console import install_console
-from proxy.gateway.front import build_front, cors, validating_credentials
-from proxy.gateway.handler import Gateway, send_json
-from proxy.gateway.passthrough import passthrough_router
+from proxy.gateway.front import build_door, cors, validating_credentials
+from proxy.gateway.handler import Gateway
+from proxy.gateway.passthrough import Passthrough, passthrough_router
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
 from proxy.policy import load_policy
+from proxy.policy.credentials import BackendCredentials
 from proxy.policy.manager import PolicyManager, PolicyVersion
 from proxy.records import ENDPOINT_BY_PATH
 from proxy.routing.scrape import Scraper
@@ -108,11 +109,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
     control = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=settings.connect_timeout_s))
-    parts = compose(settings, initial.policy, store, metrics, upstream, control)
+    door = build_door(settings, metrics, settings.redis_url or initial.policy.store.redis_url)
+    credentials = BackendCredentials(initial.policy)
+    parts = compose(settings, initial.policy, store, metrics, upstream, control, door, credentials)
     runtime, shadow, canary = parts.runtime, parts.shadow, parts.canary
-    redis_url = settings.redis_url or initial.policy.store.redis_url
-    front = build_front(settings, runtime.fleet, initial.policy, metrics, redis_url)
-    passthrough = front.passthrough
+    passthrough = Passthrough(settings, runtime.fleet, door, credentials)
+    # The backends' keys are checked where the policy is applied, not in offline checks
+    # (`policy validate`, `specroute check`), which may run where the secrets are not.
     validate = validating_credentials(runtime.validate_policy)
     manager = PolicyManager(initial, runtime.apply_policy, validate, store, settings.policy_path)
     scraper = Scraper(
@@ -129,12 +132,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.recent_requests = parts.recent
     app.state.policy_manager = manager
     app.state.control_client = control
-    app.state.front = front
     app.state.passthrough = passthrough
     tasks: list[asyncio.Task[Any]] = []
     await store.start()
     await upstream.start()
-    await front.start()
+    await door.start()
     for hook in app.state.startup_hooks:
         await hook(app)
     # Start-up garbage (imports, the policy, plugins) is moved out of the collector's view:
@@ -156,7 +158,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await upstream.close()
-        await front.close()
+        await passthrough.aclose()
+        await door.close()
         await control.aclose()
         await store.close()
         if app.state.embedded is not None:
@@ -217,26 +220,9 @@ class GatewayApp(FastAPI):
             kind = ENDPOINT_BY_PATH.get(scope["path"])
             gateway: Gateway | None = getattr(self.state, "gateway", None)
             if kind is not None and gateway is not None:
-                if await self._refused(scope, send):
-                    return
                 await gateway.handle(kind, scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
-
-    async def _refused(self, scope: Any, send: Any) -> bool:
-        """The API key check for the routed endpoints (their limits are not applied yet:
-        the request path has no seam for an admission held until the response is over)."""
-        door = self.state.front.door
-        if door.open:
-            return False
-        headers = dict(scope["headers"])
-        try:
-            door.authenticate(headers.get(b"authorization", b"").decode("latin-1") or None)
-        except GatewayError as err:
-            rid = headers.get(b"x-request-id") or os.urandom(16).hex().encode()
-            await send_json(send, err.status, err.body(), [(b"x-request-id", rid)])
-            return True
-        return False
 
 
 def create_app(

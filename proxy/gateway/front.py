@@ -1,12 +1,8 @@
-"""Assembling the front door and the pass-through endpoints for ``create_app``.
-
-Kept out of ``app.py`` so the app's lifespan grows by two lines: build, close.
-"""
+"""Assembling the public face for ``create_app``: the front door (keys, limits) and CORS."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp
@@ -14,11 +10,9 @@ from starlette.types import ASGIApp
 from proxy.gateway.auth import FrontDoor, KeyRing, LocalLimiter, TenantMetrics
 from proxy.gateway.auth.limiter import Limiter
 from proxy.gateway.auth.redis import FleetLimiter, RedisLimiter
-from proxy.gateway.passthrough import Passthrough
 from proxy.metrics import GatewayMetrics
 from proxy.policy import Policy
 from proxy.policy.credentials import resolve_credentials
-from proxy.routing.fleet import Fleet
 from proxy.settings import Settings
 
 # Response headers a browser page may read (CORS hides all but a handful otherwise).
@@ -37,36 +31,16 @@ EXPOSED_HEADERS = [
 ]
 
 
-@dataclass(slots=True)
-class Front:
-    door: FrontDoor
-    passthrough: Passthrough
-    limiter: Limiter
-
-    async def start(self) -> None:
-        await self.limiter.start()
-
-    async def close(self) -> None:
-        await self.passthrough.aclose()
-        if isinstance(self.limiter, FleetLimiter):
-            await self.limiter.close()
-
-
-def build_front(
-    settings: Settings,
-    fleet: Fleet,
-    policy: Policy,
-    metrics: GatewayMetrics,
-    redis_url: str | None,
-) -> Front:
+def build_door(settings: Settings, metrics: GatewayMetrics, redis_url: str | None) -> FrontDoor:
+    """The front door: open without a keys file; with one, limits held in Redis when the
+    gateway has one (fleet-wide), else by this process alone."""
     keys = KeyRing.load(settings.keys_file) if settings.keys_file is not None else None
     limiter: Limiter
     if keys is not None and redis_url:
         limiter = FleetLimiter(RedisLimiter(redis_url))
     else:
         limiter = LocalLimiter()
-    door = FrontDoor(keys, limiter, TenantMetrics(metrics.registry))
-    return Front(door, Passthrough(settings, fleet, door, policy), limiter)
+    return FrontDoor(keys, limiter, TenantMetrics(metrics.registry))
 
 
 def validating_credentials(validate: Callable[[Policy], None]) -> Callable[[Policy], None]:

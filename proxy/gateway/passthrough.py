@@ -27,8 +27,7 @@ from proxy.errors import GatewayError
 from proxy.gateway.auth import Admission, FrontDoor, Tenant
 from proxy.gateway.formfield import FieldScanner, form_boundary
 from proxy.gateway.request import estimate_prompt_tokens
-from proxy.policy import Policy
-from proxy.policy.credentials import BackendAuth, resolve_credentials
+from proxy.policy.credentials import BackendCredentials
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.settings import Settings
 
@@ -84,7 +83,7 @@ class Passthrough:
         settings: Settings,
         fleet: Fleet,
         door: FrontDoor,
-        policy: Policy,
+        credentials: BackendCredentials,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.settings = settings
@@ -93,11 +92,7 @@ class Passthrough:
         self.client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=settings.connect_timeout_s)
         )
-        self.credentials: dict[str, BackendAuth] = {}
-        self.apply_policy(policy)
-
-    def apply_policy(self, policy: Policy) -> None:
-        self.credentials = resolve_credentials(policy)
+        self.credentials = credentials
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -155,8 +150,8 @@ class Passthrough:
             value = request.headers.get(name)
             if value is not None:
                 headers[name] = value
-        auth = self.credentials.get(backend.name)
-        if auth is not None and auth.headers:
+        auth = self.credentials.for_backend(backend.name)
+        if auth.headers:
             headers.update(auth.headers)
         elif self.door.open and "authorization" in request.headers:
             # Open mode and no key of its own for this backend: the caller's key is the
@@ -310,7 +305,8 @@ class Passthrough:
             answer = {k: v for k, v in answer.items() if not k.startswith("x-ratelimit-")}
             answer.update((k.decode(), v.decode()) for k, v in call.admission.headers)
         answer["x-request-id"] = call.request_id
-        answer["x-specroute-backend"] = backend.name
+        if self.settings.route_headers:
+            answer["x-specroute-backend"] = backend.name
         return answer
 
     async def _finish(
@@ -334,7 +330,6 @@ class Passthrough:
         prompt = usage.get("prompt_tokens") if usage else None
         completion = usage.get("completion_tokens") if usage else None
         await call.admission.close(
-            model=call.model,
             endpoint=call.endpoint,
             label="none",
             pool=backend.pool,
@@ -357,11 +352,11 @@ class Passthrough:
             backend = self.pick(model)
         except GatewayError:
             return fallback
-        auth = self.credentials.get(backend.name)
+        auth = self.credentials.for_backend(backend.name)
         try:
             resp = await self.client.get(
                 backend.spec.url + "/v1/models",
-                headers=dict(auth.headers) if auth else None,
+                headers=dict(auth.headers),
                 timeout=2.0,
             )
             listed = resp.json().get("data") if resp.status_code == 200 else None
@@ -469,6 +464,6 @@ async def _forward(request: Request, endpoint: str, *, json_body: bool) -> Respo
         # (close is idempotent; a streamed answer closes it when the stream ends).
         if call.admission is not None and not call.streaming:
             await call.admission.close(
-                model=call.model, endpoint=endpoint, label="none", pool="", ok=False,
+                endpoint=endpoint, label="none", pool="", ok=False,
                 prompt_tokens=None, completion_tokens=None,
             )  # fmt: skip

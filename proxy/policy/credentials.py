@@ -73,3 +73,20 @@ def resolve_credentials(
     if problems:
         raise ValueError("; ".join(problems))
     return resolved
+
+
+class BackendCredentials:
+    """Every backend's :class:`BackendAuth` under the active policy (a policy listener:
+    swapped with the policy, read on the request path as a dict lookup)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._by_backend = resolve_credentials(policy)
+
+    def on_policy(self, policy: Policy) -> None:
+        self._by_backend = resolve_credentials(policy)
+
+    def for_backend(self, name: str) -> BackendAuth:
+        return self._by_backend.get(name) or _NONE
+
+
+_NONE = BackendAuth()

@@ -156,13 +156,16 @@ def test_two_replicas_hold_a_tenant_to_its_limit_fleet_wide(
             for _ in range(2)
         ]
 
+        # Routed and passed-through requests draw on the same per-minute budget.
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
         async def burst() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=30) as client:
                 return await asyncio.gather(
                     *(
                         client.post(
-                            urls[i % 2] + "/v1/embeddings",
-                            json={"model": MODEL, "input": f"text {i}"},
+                            urls[i % 2] + ("/v1/chat/completions" if i % 3 else "/v1/embeddings"),
+                            json=chat if i % 3 else {"model": MODEL, "input": f"text {i}"},
                             headers={"authorization": f"Bearer {LIMITED}"},
                         )
                         for i in range(3 * N)

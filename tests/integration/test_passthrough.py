@@ -186,8 +186,7 @@ def test_cors_preflight_and_response_headers(gw: GatewayHandle) -> None:
         json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
         headers={"origin": ORIGIN},
     )
-    # Whatever the answer (a backend wanting its own key may refuse it before the
-    # gateway passes keys on), the CORS headers are on it.
+    assert chat.status_code == 200  # whichever backend served it (one wants its own key)
     assert chat.headers["access-control-allow-origin"] == ORIGIN
     assert "x-request-id" in chat.headers["access-control-expose-headers"]
     other = httpx.post(

@@ -81,6 +81,7 @@ class Admission:
     """An admitted request of one tenant, holding its reservation until :meth:`close`."""
 
     tenant: Tenant
+    model: str
     ask: Ask
     headers: Headers
     _door: FrontDoor
@@ -89,7 +90,6 @@ class Admission:
     async def close(
         self,
         *,
-        model: str,
         endpoint: str,
         label: str,
         pool: str,
@@ -110,7 +110,14 @@ class Admission:
         finally:
             await door.limiter.release(self.ask)
         door.metrics.record(
-            self.tenant.name, model, endpoint, label, pool, ok, prompt_tokens, completion_tokens
+            self.tenant.name,
+            self.model,
+            endpoint,
+            label,
+            pool,
+            ok,
+            prompt_tokens,
+            completion_tokens,
         )
 
 
@@ -123,6 +130,12 @@ class FrontDoor:
     @property
     def open(self) -> bool:
         return self.keys is None
+
+    async def start(self) -> None:
+        await self.limiter.start()
+
+    async def close(self) -> None:
+        await self.limiter.close()
 
     def authenticate(self, authorization: str | None) -> Tenant | None:
         """The caller's tenant; ``None`` in open mode. 401 for a missing or unknown key."""
@@ -177,12 +190,12 @@ class FrontDoor:
             limits.concurrent_requests,
         )
         if ask.requests_per_minute is ask.tokens_per_minute is ask.concurrent is None:
-            return Admission(tenant, ask, [], self)  # a tenant without limits
+            return Admission(tenant, model, ask, [], self)  # a tenant without limits
         verdict = await self.limiter.acquire(ask)
         if not verdict.allowed:
             self.metrics.refused(tenant.name, verdict.refused_by or "limit")
             raise _refusal(tenant, ask, verdict)
-        return Admission(tenant, ask, quota_headers(verdict.requests, verdict.tokens), self)
+        return Admission(tenant, model, ask, quota_headers(verdict.requests, verdict.tokens), self)
 
 
 def _redact(key: str) -> str:

@@ -105,6 +105,8 @@ class Limiter(Protocol):
     async def start(self) -> None:
         """Connect ahead of the first request (a burst then finds the link ready)."""
 
+    async def close(self) -> None: ...
+
 
 @dataclass(slots=True)
 class _TenantState:
@@ -162,4 +164,7 @@ class LocalLimiter:
         self._state(ask.tenant).running.discard(ask.request_id)
 
     async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
         return None

@@ -4,8 +4,7 @@ One Lua script checks and takes every limit of a request atomically, on Redis's 
 replicas' clocks may disagree; the server's is the one every replica reads). It is
 :func:`proxy.gateway.auth.limiter.gcra` transcribed, plus a sorted set of running request
 ids per tenant scored by lease expiry, so a replica that dies holding slots gives them back
-when the lease runs out. The lease (``lease_s``, ten minutes) is not renewed: a stream that
-outlives it stops counting against its tenant's concurrency.
+when the lease runs out.
 """
 
 from __future__ import annotations

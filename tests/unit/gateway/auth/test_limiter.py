@@ -77,7 +77,7 @@ def prefix() -> str:
 async def test_redis_script_decides_as_the_formula_does(
     fresh_redis: RedisServer, prefix: str
 ) -> None:
-    limiter = RedisLimiter(fresh_redis.url, key_prefix=prefix)
+    limiter = RedisLimiter(fresh_redis.url, key_prefix=prefix, command_timeout_s=2.0)
     local = LocalLimiter()
     try:
         asks = [
@@ -98,7 +98,9 @@ async def test_redis_script_decides_as_the_formula_does(
 async def test_redis_limits_hold_across_limiters_and_settle(
     fresh_redis: RedisServer, prefix: str
 ) -> None:
-    replicas = [RedisLimiter(fresh_redis.url, key_prefix=prefix) for _ in range(2)]
+    replicas = [
+        RedisLimiter(fresh_redis.url, key_prefix=prefix, command_timeout_s=2.0) for _ in range(2)
+    ]
     try:
         verdicts = await asyncio.gather(
             *(replicas[i % 2].acquire(ask(f"r{i}", requests_per_minute=4)) for i in range(12))
@@ -126,7 +128,9 @@ async def test_redis_limits_hold_across_limiters_and_settle(
 async def test_fleet_limiter_falls_back_to_local_and_logs_once(
     fresh_redis: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    limiter = FleetLimiter(RedisLimiter(fresh_redis.url, key_prefix=prefix), retry_s=0.2)
+    limiter = FleetLimiter(
+        RedisLimiter(fresh_redis.url, key_prefix=prefix, command_timeout_s=2.0), retry_s=0.2
+    )
     try:
         assert (await limiter.acquire(ask("a", requests_per_minute=100))).allowed
         fresh_redis.kill()
