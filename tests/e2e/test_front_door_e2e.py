@@ -88,3 +88,42 @@ def test_tokenize_detokenize_round_trip(gw: GatewayHandle, keyed: VllmServer) ->
     assert back.status_code == 200, back.text
     assert back.json()["prompt"] == text
     assert httpx.get(gw.url + "/version", timeout=10).json()["version"].startswith("0.")
+
+
+def test_chat_through_the_gateway_carries_the_backends_key(
+    gw: GatewayHandle, keyed: VllmServer
+) -> None:
+    raw = sdk(gw).chat.completions.with_raw_response.create(
+        model=keyed.model,
+        messages=[{"role": "user", "content": "Name three colours."}],
+        max_tokens=8,
+        temperature=0,
+    )
+    reply = raw.parse()
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    assert raw.headers["x-specroute-backend"] == "plain-keyed"
+
+
+def test_responses_api_streaming_and_not(gw: GatewayHandle, keyed: VllmServer) -> None:
+    client = sdk(gw)
+    response = client.responses.create(
+        model=keyed.model,
+        instructions="Answer briefly.",
+        input="Write a line about the sea.",
+        max_output_tokens=12,
+        temperature=0,
+    )
+    assert response.usage is not None and response.usage.output_tokens > 0
+    assert response.status in ("completed", "incomplete")
+    events = list(
+        client.responses.create(
+            model=keyed.model,
+            input="Write a line about the sea.",
+            max_output_tokens=12,
+            stream=True,
+        )
+    )
+    assert events[0].type == "response.created"
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == events[-1].response.output_text
