@@ -28,6 +28,7 @@ import orjson
 
 from proxy.metrics import GatewayMetrics
 from proxy.policy import Policy
+from proxy.policy.credentials import BackendCredentials
 from proxy.policy.shadow import ShadowConfig
 from proxy.records import Endpoint, Outcome, ParsedRequest, Route
 from proxy.routing.fleet import BackendState, Fleet
@@ -117,8 +118,11 @@ class ShadowVerifier:
         rates: ShadowRates | None = None,
         verdict_listeners: tuple[VerdictListener, ...] = (),
         group_listeners: tuple[GroupVerdictListener, ...] = (),
+        credentials: BackendCredentials | None = None,
     ) -> None:
         self.fleet = fleet
+        # The reference backend's key, if it wants one (vLLM's --api-key).
+        self.credentials = credentials
         self.store = store
         self.client = client
         self.metrics = metrics
@@ -233,6 +237,11 @@ class ShadowVerifier:
             body["logprobs"] = self.config.top_logprobs
         return orjson.dumps(body)
 
+    def _auth(self, backend: str) -> dict[str, str]:
+        if self.credentials is None:
+            return {}
+        return dict(self.credentials.for_backend(backend).headers)
+
     async def replay(self, parsed: ParsedRequest, avoid: str | None = None) -> Replay | str:
         """The reference's greedy output for ``parsed``, or why there is none."""
         name = self._reference_name(avoid)
@@ -244,7 +253,11 @@ class ShadowVerifier:
             resp = await self.client.post(
                 reference.spec.url + parsed.kind.path,
                 content=self._replay_body(parsed),
-                headers={"content-type": "application/json", "x-specroute-shadow": "1"},
+                headers={
+                    "content-type": "application/json",
+                    "x-specroute-shadow": "1",
+                    **self._auth(name),
+                },
                 timeout=self.config.timeout_s,
             )
         except httpx.HTTPError as exc:

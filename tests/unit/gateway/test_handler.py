@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 import orjson
 import pytest
 
+from proxy.gateway.auth import FrontDoor, LocalLimiter, TenantMetrics
 from proxy.gateway.handler import Gateway
 from proxy.gateway.relay import Message
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import UpstreamError, UpstreamResponse
 from proxy.metrics import GatewayMetrics
+from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint, Outcome, ParsedRequest, Route
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
@@ -43,10 +45,13 @@ class Scripted:
 class FakeResponse:
     content_type = "application/json"
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(
+        self, status: int, body: bytes, passed: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         self.status = status
         self._chunks = [body] if body else []
         self.aborted = False
+        self.passed = passed or []
 
     async def next_chunk(self) -> bytes:
         return self._chunks.pop(0) if self._chunks else b""
@@ -100,7 +105,11 @@ def build(script: list[Scripted]) -> tuple[Gateway, FakeUpstream, Recorder]:
     )
     upstream, recorder = FakeUpstream(script), Recorder()
     settings = Settings(first_byte_timeout_s=0.2)
-    return Gateway(settings, runtime, upstream, listeners=[recorder]), upstream, recorder
+    door = FrontDoor(None, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
+    gateway = Gateway(
+        settings, runtime, upstream, door, BackendCredentials(policy), listeners=[recorder]
+    )
+    return gateway, upstream, recorder
 
 
 async def call(gateway: Gateway, stream: bool = False) -> tuple[int, bytes]:

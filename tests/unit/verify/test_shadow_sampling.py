@@ -23,6 +23,11 @@ def test_one_output_per_request_is_compared() -> None:
     assert single_output(parsed(Endpoint.COMPLETIONS, prompt=[[1, 2]]))
 
 
+def test_responses_api_outputs_are_not() -> None:
+    # Its typed events and output items are not what the comparison reads.
+    assert not single_output(parsed(Endpoint.RESPONSES, input="x"))
+
+
 def test_several_prompts_are_not() -> None:
     # Their choices stream interleaved; the replay is read for its first choice only.
     assert not single_output(parsed(Endpoint.COMPLETIONS, prompt=["x", "y"]))
