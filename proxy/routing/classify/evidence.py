@@ -132,14 +132,9 @@ def _inline_code(text: str) -> float:
     return inline
 
 
-def code_evidence(
-    found: Scan,
-    request: RequestText,
-    last_text: str,
-    head: cues.Words,
-    system: cues.Words | None,
-) -> tuple[Evidence, dict[str, FeatureValue]]:
-    code = Evidence()
+def _code_in_text(found: Scan, code: Evidence) -> tuple[int, float, int]:
+    """Add what the scanned text holds of code; return its code lines, code share of the
+    text and fences (assistant turns count: code in a reply is code being worked on)."""
     context, history = found.context, found.history
     total = context.text_chars + history.text_chars
     share = (context.code_chars + history.code_chars) / total if total else 0.0
@@ -162,6 +157,14 @@ def code_evidence(
         code.add(min(0.6 * context.shell_lines, 1.0), "shell prompt lines")
     if found.last.open_block:
         code.add(1.0, "ends in an open code block")
+    return lines, share, fences
+
+
+def _ask_for_code(
+    code: Evidence, last_text: str, head: cues.Words, system: cues.Words | None
+) -> tuple[cues.AskCues, bool, float]:
+    """Add what the last user turn and the system prompt ask for; return the ask, whether
+    the system prompt sets up a coding assistant and the inline code spans' weight."""
     ask = cues.ask_cues(head, last_text[:_CUE_HEAD])
     if ask.request != "none":
         code.add(_REQUEST_WEIGHTS[ask.request], f"asks for code ({ask.request})")
@@ -174,32 +177,53 @@ def code_evidence(
     if "`" in last_text:
         inline = _inline_code(last_text)
         code.add(min(inline, 0.6), "inline code")
-    earlier_ask = "none"
-    reply_inline = 0.0
+    return ask, system_cue, inline
+
+
+def _follow_up_cues(code: Evidence, request: RequestText) -> tuple[str, float]:
+    """Add what the earlier turn asked for and the reply's inline code when the last user
+    turn is a short follow-up; return the earlier ask and the reply's inline code weight."""
     follow_up = _follow_up(request) if request.last_user_index >= 2 else None
-    if follow_up is not None:
-        earlier_text, reply = follow_up
-        earlier_head = earlier_text[:_CUE_HEAD]
-        earlier = cues.ask_cues(cues.read(earlier_head), earlier_head)
-        earlier_ask = earlier.request
-        if earlier_ask != "none":
-            weight = _REQUEST_WEIGHTS[earlier_ask] + (0.3 if earlier.language else 0.0)
-            code.add(weight, f"follow-up to a request for code ({earlier_ask})")
-        if "`" in reply:
-            reply_inline = _inline_code(reply)
-            code.add(min(reply_inline, 0.6), "inline code in the reply")
+    if follow_up is None:
+        return "none", 0.0
+    earlier_text, reply = follow_up
+    earlier_head = earlier_text[:_CUE_HEAD]
+    earlier = cues.ask_cues(cues.read(earlier_head), earlier_head)
+    if earlier.request != "none":
+        weight = _REQUEST_WEIGHTS[earlier.request] + (0.3 if earlier.language else 0.0)
+        code.add(weight, f"follow-up to a request for code ({earlier.request})")
+    reply_inline = 0.0
+    if "`" in reply:
+        reply_inline = _inline_code(reply)
+        code.add(min(reply_inline, 0.6), "inline code in the reply")
+    return earlier.request, reply_inline
+
+
+def code_evidence(
+    found: Scan,
+    request: RequestText,
+    last_text: str,
+    head: cues.Words,
+    system: cues.Words | None,
+) -> tuple[Evidence, dict[str, FeatureValue]]:
+    """Code evidence: code in the text, an ask for code, and for a short follow-up what the
+    conversation was working on."""
+    code = Evidence()
+    lines, share, fences = _code_in_text(found, code)
+    ask, system_cue, inline = _ask_for_code(code, last_text, head, system)
+    earlier_ask, reply_inline = _follow_up_cues(code, request)
     return code, {
         "code_lines": lines,
         "code_share": round(share, 3),
         "fences": fences,
         "stack_trace": found.trace,
-        "diff": context.diff_lines >= 2,
+        "diff": found.context.diff_lines >= 2,
         "fim": found.fim,
         "code_request": ask.request,
         "language": ask.language,
         "code_system_cue": system_cue,
         "inline_code": round(inline, 2),
-        "shell_lines": context.shell_lines,
+        "shell_lines": found.context.shell_lines,
         "open_code_block": found.last.open_block,
         "follow_up_to": earlier_ask,
         "reply_inline_code": round(reply_inline, 2) if reply_inline else 0.0,
