@@ -230,6 +230,162 @@ def code_evidence(
     }
 
 
+def _grounding_cue(
+    last_text: str, head: cues.Words, system: cues.Words | None
+) -> tuple[bool, cues.Words | None]:
+    """Does the system prompt or the last user turn ask to answer from supplied material?
+    Also the words of the turn's tail, when they had to be read."""
+    cue = (system is not None and cues.grounding_cue(system)) or cues.grounding_cue(head)
+    # The tail of a long turn, where a question after pasted material sits.
+    tail: cues.Words | None = None
+    if not cue and len(last_text) > _CUE_HEAD:
+        tail = cues.read(last_text[-_CUE_HEAD:])
+        cue = cues.grounding_cue(tail)
+    return cue, tail
+
+
+@dataclass(slots=True)
+class _Supplied:
+    """Whether the supplied part of the last user turn is material to answer from."""
+
+    reference: bool = True
+    creative: bool = False  # supplied as a brief for new writing
+    personal: float = 0.0  # share of first-person words, when read
+
+
+def _judge_supplied(
+    split: Split,
+    shape: TextShape,
+    last_text: str,
+    cue: bool,
+    head: cues.Words,
+    tail: cues.Words | None,
+) -> _Supplied:
+    """Read whose voice and what purpose the supplied part of the last user turn has."""
+    if not split.supplied:
+        return _Supplied()
+    # Text given with "write a story/poem based on this" is a brief for new writing, not
+    # material the answer copies from, unless the ask also points at it as material
+    # ("a poem summarizing the article below").
+    if not cue and (cues.creative_ask(head) or (tail is not None and cues.creative_ask(tail))):
+        return _Supplied(reference=False, creative=True)
+    if shape.transcript_lines:
+        # The first person in a chat log is its speakers'. A conversation the user took
+        # part in, or one to continue, is material only when the ask draws from it.
+        return _Supplied(reference=cue or not shape.own_dialogue)
+    if not shape.numbered and shape.tagged_chars * 2 < split.supplied:
+        # Supplied text may be the user's own story, even under a "Context:" key, but not
+        # when it comes as numbered passages or in document tags, the way retrievers
+        # print their results. Read the supplied part only: "I" in the question ("can I
+        # return it?") is the asker's.
+        own = last_text[split.start : min(split.end, split.start + _VOICE_HEAD)]
+        personal = cues.first_person_ratio(own)
+        return _Supplied(reference=personal < _PERSONAL_RATIO, personal=personal)
+    return _Supplied()
+
+
+@dataclass(slots=True)
+class _RagContext:
+    """The context an answer could draw from: its prose and the signs that it is reference
+    material rather than something to work on or to continue."""
+
+    prose: int  # context chars that are not code
+    user_context: int  # chars users supplied: earlier long turns, the last turn's material
+    markers: int
+    tables: bool
+    transcript: bool  # a chat log supplied as material
+    introduced: bool  # material after an instruction ending in a colon
+    group_chat: bool
+    cue: bool  # a grounding instruction
+    signs: bool  # markers, a table or a grounding instruction
+
+
+def _rag_context(found: Scan, split: Split, supplied: _Supplied, cue: bool) -> _RagContext:
+    shape = found.last
+    user_context = found.user_context + (split.supplied if supplied.reference else 0)
+    context = found.system_chars + found.tool_chars + user_context
+    markers = found.doc_markers
+    tables = found.context.table_rows >= 2
+    transcript = supplied.reference and shape.transcript_lines > 0
+    return _RagContext(
+        prose=int(context * (1.0 - found.context.share())),
+        user_context=user_context,
+        markers=markers,
+        tables=tables,
+        transcript=transcript,
+        introduced=supplied.reference and split.introduced,
+        # Two labels taking turns are as often a list ("Pros: ... / Cons: ...",
+        # "Before/After") as a conversation; three or more speakers make a chat log that
+        # frames short material.
+        group_chat=transcript and shape.speakers >= 3,
+        cue=cue,
+        signs=markers > 0 or cue or tables,
+    )
+
+
+def _rag_gate(found: Scan, context: _RagContext, min_context: int) -> tuple[bool, bool, float]:
+    """Is the rag gate open (enough prose context that is reference)? Also whether short
+    framed context opened it, and the system prompt's instruction share when it was read."""
+    # A system prompt without markers or a grounding instruction is reference text only when
+    # it mostly informs: behaviour prompts ("You are...", "Never...") are long too.
+    instructions = 0.0
+    reference_system = False
+    if found.system_chars >= min_context and not context.markers and not context.cue:
+        instructions = cues.instruction_share(found.system_text)
+        reference_system = instructions < _INSTRUCTION_SHARE
+    # Length alone does not make rag: some sign of reference material must be present.
+    if context.prose >= min_context and (
+        context.signs
+        or reference_system
+        or found.tool_chars >= min_context
+        or context.user_context >= min_context
+    ):
+        return True, False, instructions
+    short = _short_framed_context(found, context, min_context)
+    return short, short, instructions
+
+
+def _short_framed_context(found: Scan, context: _RagContext, min_context: int) -> bool:
+    """Framed material counts as context from a fraction of the minimum context length."""
+    short_min = int(min_context * _SHORT_CONTEXT_FRACTION)
+    if not short_min <= context.prose < min_context:
+        return False
+    signs = context.signs
+    return (
+        (context.user_context >= short_min and (signs or context.introduced or context.group_chat))
+        or (found.tool_chars >= short_min and signs)
+        or (
+            found.system_chars >= short_min
+            and signs
+            and cues.instruction_share(found.system_text) < _INSTRUCTION_SHARE
+        )
+    )
+
+
+def _rag_score(
+    context: _RagContext, short_context: bool, question: int, min_context: int
+) -> Evidence:
+    rag = Evidence()
+    prose = context.prose
+    if short_context:
+        rag.add(_context_weight(min_context, min_context), "short framed context")
+    elif prose:
+        rag.add(_context_weight(prose, min_context), "long context")
+    if context.markers:
+        rag.add(0.3 * min(context.markers, 3), "document markers")
+    if context.tables:
+        rag.add(0.3, "table")
+    if context.transcript:
+        rag.add(0.3, "chat log")
+    if context.introduced:
+        rag.add(0.3, "material after the instruction")
+    if context.cue:
+        rag.add(0.6, "grounding instruction")
+    if prose and question * 3 <= prose:
+        rag.add(0.3, "short question on long context")
+    return rag
+
+
 def rag_evidence(
     found: Scan,
     request: RequestText,
@@ -241,102 +397,25 @@ def rag_evidence(
     last_text = request.last_user.text if request.last_user is not None else ""
     shape = found.last
     split = split_question(request, shape)
-    question, supplied = split.question, split.supplied
-    cue = (system is not None and cues.grounding_cue(system)) or cues.grounding_cue(head)
-    # The tail of a long turn, where a question after pasted material sits.
-    tail: cues.Words | None = None
-    if not cue and len(last_text) > _CUE_HEAD:
-        tail = cues.read(last_text[-_CUE_HEAD:])
-        cue = cues.grounding_cue(tail)
-    personal = 0.0
-    creative = False
-    reference = True
-    if supplied:
-        # Text given with "write a story/poem based on this" is a brief for new writing, not
-        # material the answer copies from, unless the ask also points at it as material
-        # ("a poem summarizing the article below").
-        creative = not cue and (
-            cues.creative_ask(head) or (tail is not None and cues.creative_ask(tail))
-        )
-        if creative:
-            reference = False
-        elif shape.transcript_lines:
-            # The first person in a chat log is its speakers'. A conversation the user took
-            # part in, or one to continue, is material only when the ask draws from it.
-            reference = cue or not shape.own_dialogue
-        elif not shape.numbered and shape.tagged_chars * 2 < supplied:
-            # Supplied text may be the user's own story, even under a "Context:" key, but not
-            # when it comes as numbered passages or in document tags, the way retrievers
-            # print their results. Read the supplied part only: "I" in the question ("can I
-            # return it?") is the asker's.
-            own = last_text[split.start : min(split.end, split.start + _VOICE_HEAD)]
-            personal = cues.first_person_ratio(own)
-            reference = personal < _PERSONAL_RATIO
-    user_context = found.user_context + (supplied if reference else 0)
-    context = found.system_chars + found.tool_chars + user_context
-    prose = int(context * (1.0 - found.context.share()))
-    markers = found.doc_markers
-    tables = found.context.table_rows >= 2
-    transcript = reference and shape.transcript_lines > 0
-    introduced = reference and split.introduced
-    # Two labels taking turns are as often a list ("Pros: ... / Cons: ...", "Before/After")
-    # as a conversation; three or more speakers make a chat log that frames short material.
-    group_chat = transcript and shape.speakers >= 3
-    signs = markers > 0 or cue or tables
-    # A system prompt without markers or a grounding instruction is reference text only when
-    # it mostly informs: behaviour prompts ("You are...", "Never...") are long too.
-    instructions = 0.0
-    reference_system = False
-    if found.system_chars >= min_context and not markers and not cue:
-        instructions = cues.instruction_share(found.system_text)
-        reference_system = instructions < _INSTRUCTION_SHARE
-    # Length alone does not make rag: some sign of reference material must be present.
-    gate = prose >= min_context and (
-        signs or reference_system or found.tool_chars >= min_context or user_context >= min_context
-    )
-    short_context = False
-    short_min = int(min_context * _SHORT_CONTEXT_FRACTION)
-    if not gate and short_min <= prose < min_context:
-        short_context = (
-            (user_context >= short_min and (signs or introduced or group_chat))
-            or (found.tool_chars >= short_min and signs)
-            or (
-                found.system_chars >= short_min
-                and signs
-                and cues.instruction_share(found.system_text) < _INSTRUCTION_SHARE
-            )
-        )
-        gate = short_context
-    rag = Evidence()
-    if short_context:
-        rag.add(_context_weight(min_context, min_context), "short framed context")
-    elif prose:
-        rag.add(_context_weight(prose, min_context), "long context")
-    if markers:
-        rag.add(0.3 * min(markers, 3), "document markers")
-    if tables:
-        rag.add(0.3, "table")
-    if transcript:
-        rag.add(0.3, "chat log")
-    if introduced:
-        rag.add(0.3, "material after the instruction")
-    if cue:
-        rag.add(0.6, "grounding instruction")
-    if prose and question * 3 <= prose:
-        rag.add(0.3, "short question on long context")
+    cue, tail = _grounding_cue(last_text, head, system)
+    supplied = _judge_supplied(split, shape, last_text, cue, head, tail)
+    context = _rag_context(found, split, supplied, cue)
+    gate, short_context, instructions = _rag_gate(found, context, min_context)
+    rag = _rag_score(context, short_context, split.question, min_context)
+    personal = supplied.personal
     return (
         rag,
         gate,
         {
-            "question_chars": question,
-            "context_chars": prose,
+            "question_chars": split.question,
+            "context_chars": context.prose,
             "short_context": short_context,
-            "doc_markers": markers,
+            "doc_markers": context.markers,
             "table_rows": found.context.table_rows,
             "transcript_lines": shape.transcript_lines,
             "own_dialogue": shape.own_dialogue,
-            "creative_ask": creative,
-            "material_intro": introduced,
+            "creative_ask": supplied.creative,
+            "material_intro": context.introduced,
             "rag_cue": cue,
             "first_person_ratio": round(personal, 3) if personal else 0.0,
             "system_instruction_share": round(instructions, 3) if instructions else 0.0,
