@@ -244,13 +244,18 @@ def _grounding_cue(
     return cue, tail
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Supplied:
     """Whether the supplied part of the last user turn is material to answer from."""
 
     reference: bool = True
     creative: bool = False  # supplied as a brief for new writing
     personal: float = 0.0  # share of first-person words, when read
+
+
+_REFERENCE = _Supplied()
+_NOT_REFERENCE = _Supplied(reference=False)
+_BRIEF = _Supplied(reference=False, creative=True)
 
 
 def _judge_supplied(
@@ -263,16 +268,16 @@ def _judge_supplied(
 ) -> _Supplied:
     """Read whose voice and what purpose the supplied part of the last user turn has."""
     if not split.supplied:
-        return _Supplied()
+        return _REFERENCE
     # Text given with "write a story/poem based on this" is a brief for new writing, not
     # material the answer copies from, unless the ask also points at it as material
     # ("a poem summarizing the article below").
     if not cue and (cues.creative_ask(head) or (tail is not None and cues.creative_ask(tail))):
-        return _Supplied(reference=False, creative=True)
+        return _BRIEF
     if shape.transcript_lines:
         # The first person in a chat log is its speakers'. A conversation the user took
         # part in, or one to continue, is material only when the ask draws from it.
-        return _Supplied(reference=cue or not shape.own_dialogue)
+        return _REFERENCE if cue or not shape.own_dialogue else _NOT_REFERENCE
     if not shape.numbered and shape.tagged_chars * 2 < split.supplied:
         # Supplied text may be the user's own story, even under a "Context:" key, but not
         # when it comes as numbered passages or in document tags, the way retrievers
@@ -281,10 +286,10 @@ def _judge_supplied(
         own = last_text[split.start : min(split.end, split.start + _VOICE_HEAD)]
         personal = cues.first_person_ratio(own)
         return _Supplied(reference=personal < _PERSONAL_RATIO, personal=personal)
-    return _Supplied()
+    return _REFERENCE
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _RagContext:
     """The context an answer could draw from: its prose and the signs that it is reference
     material rather than something to work on or to continue."""
@@ -299,28 +304,21 @@ class _RagContext:
     cue: bool  # a grounding instruction
     signs: bool  # markers, a table or a grounding instruction
 
-
-def _rag_context(found: Scan, split: Split, supplied: _Supplied, cue: bool) -> _RagContext:
-    shape = found.last
-    user_context = found.user_context + (split.supplied if supplied.reference else 0)
-    context = found.system_chars + found.tool_chars + user_context
-    markers = found.doc_markers
-    tables = found.context.table_rows >= 2
-    transcript = supplied.reference and shape.transcript_lines > 0
-    return _RagContext(
-        prose=int(context * (1.0 - found.context.share())),
-        user_context=user_context,
-        markers=markers,
-        tables=tables,
-        transcript=transcript,
-        introduced=supplied.reference and split.introduced,
+    def __init__(self, found: Scan, split: Split, supplied: _Supplied, cue: bool) -> None:
+        shape = found.last
+        self.user_context = found.user_context + (split.supplied if supplied.reference else 0)
+        context = found.system_chars + found.tool_chars + self.user_context
+        self.prose = int(context * (1.0 - found.context.share()))
+        self.markers = found.doc_markers
+        self.tables = found.context.table_rows >= 2
+        self.transcript = supplied.reference and shape.transcript_lines > 0
+        self.introduced = supplied.reference and split.introduced
         # Two labels taking turns are as often a list ("Pros: ... / Cons: ...",
         # "Before/After") as a conversation; three or more speakers make a chat log that
         # frames short material.
-        group_chat=transcript and shape.speakers >= 3,
-        cue=cue,
-        signs=markers > 0 or cue or tables,
-    )
+        self.group_chat = self.transcript and shape.speakers >= 3
+        self.cue = cue
+        self.signs = self.markers > 0 or cue or self.tables
 
 
 def _rag_gate(found: Scan, context: _RagContext, min_context: int) -> tuple[bool, bool, float]:
@@ -399,7 +397,7 @@ def rag_evidence(
     split = split_question(request, shape)
     cue, tail = _grounding_cue(last_text, head, system)
     supplied = _judge_supplied(split, shape, last_text, cue, head, tail)
-    context = _rag_context(found, split, supplied, cue)
+    context = _RagContext(found, split, supplied, cue)
     gate, short_context, instructions = _rag_gate(found, context, min_context)
     rag = _rag_score(context, short_context, split.question, min_context)
     personal = supplied.personal
