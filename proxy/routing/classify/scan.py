@@ -136,42 +136,31 @@ def _open_block(line: str) -> bool:
     return line.endswith(":") and line.partition(" ")[0] in p.BLOCK_HEADERS
 
 
-@dataclass(slots=True)
-class _Needles:
-    """Which per-line tests can find anything in a text, judged from the whole text.
+def _needles(text: str, rows: int) -> tuple[bool, bool, bool, bool, bool]:
+    """Which per-line tests can find anything in ``text`` of ``rows`` lines: traces, diffs,
+    shell prompts, table rows, document tags.
 
     Whole-text substring checks run in C and spare most texts the per-line tests. Single
-    characters are found with memchr; short multi-character needles cost about a nanosecond
-    per character of text.
+    characters are found with memchr; the trace and diff needles cost about 6 ns per
+    character of text, the tests they spare a fraction of a microsecond per line: a text of
+    a few long lines (a pasted document) is cheaper to test line by line.
     """
-
-    traces: bool
-    diffs: bool
-    shells: bool  # "$ cmd", "> cmd", "user@host:~$ cmd"
-    tables: bool  # "| a | b |"
-    tags: bool  # "<document>"
-
-    @classmethod
-    def of(cls, text: str, rows: int) -> _Needles:
-        # The trace and diff needles cost about 6 ns per character of text, the tests they
-        # spare a fraction of a microsecond per line: a text of a few long lines (a pasted
-        # document) is cheaper to test line by line.
-        if rows * _LONG_ROWS <= len(text):
-            traces = diffs = True
-        else:
-            traces = (
-                "Traceback" in text
-                or 'File "' in text
-                or "\tat " in text
-                or "  at " in text
-                or "rror" in text
-                or "Exception" in text
-                or "arning" in text
-                or "-->" in text
-            )
-            diffs = "@@ -" in text or "diff --git" in text or "+++ b/" in text
-        shells = "$" in text or ">" in text or "@" in text
-        return cls(traces, diffs, shells, "|" in text, "<" in text)
+    if rows * _LONG_ROWS <= len(text):
+        traces = diffs = True
+    else:
+        traces = (
+            "Traceback" in text
+            or 'File "' in text
+            or "\tat " in text
+            or "  at " in text
+            or "rror" in text
+            or "Exception" in text
+            or "arning" in text
+            or "-->" in text
+        )
+        diffs = "@@ -" in text or "diff --git" in text or "+++ b/" in text
+    shells = "$" in text or ">" in text or "@" in text
+    return traces, diffs, shells, "|" in text, "<" in text
 
 
 @dataclass(slots=True)
@@ -211,7 +200,13 @@ class _Speakers:
 
 
 def _line_is_code(
-    line: str, raw: str, lines: Lines, needles: _Needles, speakers: _Speakers | None
+    line: str,
+    raw: str,
+    lines: Lines,
+    speakers: _Speakers | None,
+    shells: bool,
+    tables: bool,
+    tags: bool,
 ) -> bool | None:
     """Is this line outside a code fence (``raw`` before stripping) code? None for a line
     that frames material (a table row, a document tag) and is neither code nor prose."""
@@ -225,7 +220,7 @@ def _line_is_code(
     )
     if speaker is None:
         if (
-            needles.shells
+            shells
             and (line.startswith(p.SHELL_STARTS) or line.find("@", 0, 48) > 0)
             and p.SHELL_PROMPT.match(line)
         ):
@@ -233,10 +228,10 @@ def _line_is_code(
             # even when it ends like a sentence.
             lines.shell_lines += 1
             return True
-        if needles.tables and line[0] == "|" and line[-1] == "|" and len(line) > 2:
+        if tables and line[0] == "|" and line[-1] == "|" and len(line) > 2:
             lines.table_rows += 1  # "| a | b |"
             return None
-        if needles.tags and line[0] == "<" and raw[0] == "<" and p.DOC_TAG.match(line):
+        if tags and line[0] == "<" and raw[0] == "<" and p.DOC_TAG.match(line):
             # "<context>", "<document index=1>": the wrapper of supplied text, counted as a
             # document tag (by _scan_text), not markup to work on.
             return None
@@ -287,9 +282,8 @@ def _settle_dialogue(
 def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None:
     """Add the lines of ``text`` to ``lines``; ``shape`` (the last user turn) gets its layout."""
     rows = text.splitlines()
-    needles = _Needles.of(text, len(rows))
+    traces, diffs, shells, tables, tags = _needles(text, len(rows))
     speakers = _Speakers() if ":" in text else None  # every speaker's line holds ": "
-    traces, diffs = needles.traces, needles.diffs
     in_fence = False
     # Inside a block a document marker opened, up to a question key (last user turn only).
     marking = False
@@ -306,7 +300,7 @@ def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None
             lines.fences += 1
             in_fence = not in_fence
             continue
-        code = True if in_fence else _line_is_code(line, raw, lines, needles, speakers)
+        code = True if in_fence else _line_is_code(line, raw, lines, speakers, shells, tables, tags)
         if code is None:
             continue
         last_code = code
