@@ -183,7 +183,7 @@ def _ask_for_code(
 def _follow_up_cues(code: Evidence, request: RequestText) -> tuple[str, float]:
     """Add what the earlier turn asked for and the reply's inline code when the last user
     turn is a short follow-up; return the earlier ask and the reply's inline code weight."""
-    follow_up = _follow_up(request) if request.last_user_index >= 2 else None
+    follow_up = _follow_up(request)
     if follow_up is None:
         return "none", 0.0
     earlier_text, reply = follow_up
@@ -205,29 +205,32 @@ def code_evidence(
     last_text: str,
     head: cues.Words,
     system: cues.Words | None,
-) -> tuple[Evidence, dict[str, FeatureValue]]:
+    features: dict[str, FeatureValue],
+) -> Evidence:
     """Code evidence: code in the text, an ask for code, and for a short follow-up what the
-    conversation was working on."""
+    conversation was working on. Its features are added to ``features``."""
     code = Evidence()
     lines, share, fences = _code_in_text(found, code)
     ask, system_cue, inline = _ask_for_code(code, last_text, head, system)
-    earlier_ask, reply_inline = _follow_up_cues(code, request)
-    return code, {
-        "code_lines": lines,
-        "code_share": round(share, 3),
-        "fences": fences,
-        "stack_trace": found.trace,
-        "diff": found.context.diff_lines >= 2,
-        "fim": found.fim,
-        "code_request": ask.request,
-        "language": ask.language,
-        "code_system_cue": system_cue,
-        "inline_code": round(inline, 2),
-        "shell_lines": found.context.shell_lines,
-        "open_code_block": found.last.open_block,
-        "follow_up_to": earlier_ask,
-        "reply_inline_code": round(reply_inline, 2) if reply_inline else 0.0,
-    }
+    # A follow-up needs an earlier user turn and a reply before it: most requests have none.
+    earlier_ask, reply_inline = (
+        _follow_up_cues(code, request) if request.last_user_index >= 2 else ("none", 0.0)
+    )
+    features["code_lines"] = lines
+    features["code_share"] = round(share, 3)
+    features["fences"] = fences
+    features["stack_trace"] = found.trace
+    features["diff"] = found.context.diff_lines >= 2
+    features["fim"] = found.fim
+    features["code_request"] = ask.request
+    features["language"] = ask.language
+    features["code_system_cue"] = system_cue
+    features["inline_code"] = round(inline, 2)
+    features["shell_lines"] = found.context.shell_lines
+    features["open_code_block"] = found.last.open_block
+    features["follow_up_to"] = earlier_ask
+    features["reply_inline_code"] = round(reply_inline, 2) if reply_inline else 0.0
+    return code
 
 
 def _grounding_cue(
@@ -267,8 +270,6 @@ def _judge_supplied(
     tail: cues.Words | None,
 ) -> _Supplied:
     """Read whose voice and what purpose the supplied part of the last user turn has."""
-    if not split.supplied:
-        return _REFERENCE
     # Text given with "write a story/poem based on this" is a brief for new writing, not
     # material the answer copies from, unless the ask also points at it as material
     # ("a poem summarizing the article below").
@@ -339,15 +340,17 @@ def _rag_gate(found: Scan, context: _RagContext, min_context: int) -> tuple[bool
         or context.user_context >= min_context
     ):
         return True, False, instructions
-    short = _short_framed_context(found, context, min_context)
+    short_min = int(min_context * _SHORT_CONTEXT_FRACTION)
+    short = short_min <= context.prose < min_context and _short_framed_context(
+        found, context, short_min
+    )
     return short, short, instructions
 
 
-def _short_framed_context(found: Scan, context: _RagContext, min_context: int) -> bool:
-    """Framed material counts as context from a fraction of the minimum context length."""
-    short_min = int(min_context * _SHORT_CONTEXT_FRACTION)
-    if not short_min <= context.prose < min_context:
-        return False
+def _short_framed_context(found: Scan, context: _RagContext, short_min: int) -> bool:
+    """Does framed material (document markers or tags, a table, a chat log of three or more
+    speakers, an instruction ending in a colon) of at least ``short_min`` chars open the
+    gate?"""
     signs = context.signs
     return (
         (context.user_context >= short_min and (signs or context.introduced or context.group_chat))
@@ -390,35 +393,34 @@ def rag_evidence(
     head: cues.Words,
     system: cues.Words | None,
     min_context: int,
-) -> tuple[Evidence, bool, dict[str, FeatureValue]]:
-    """Rag evidence and whether its gate is open (enough prose context that is reference)."""
+    features: dict[str, FeatureValue],
+) -> tuple[Evidence, bool]:
+    """Rag evidence and whether its gate is open (enough prose context that is reference).
+    Its features are added to ``features``."""
     last_text = request.last_user.text if request.last_user is not None else ""
     shape = found.last
     split = split_question(request, shape)
     cue, tail = _grounding_cue(last_text, head, system)
-    supplied = _judge_supplied(split, shape, last_text, cue, head, tail)
+    supplied = (
+        _judge_supplied(split, shape, last_text, cue, head, tail) if split.supplied else _REFERENCE
+    )
     context = _RagContext(found, split, supplied, cue)
     gate, short_context, instructions = _rag_gate(found, context, min_context)
     rag = _rag_score(context, short_context, split.question, min_context)
     personal = supplied.personal
-    return (
-        rag,
-        gate,
-        {
-            "question_chars": split.question,
-            "context_chars": context.prose,
-            "short_context": short_context,
-            "doc_markers": context.markers,
-            "table_rows": found.context.table_rows,
-            "transcript_lines": shape.transcript_lines,
-            "own_dialogue": shape.own_dialogue,
-            "creative_ask": supplied.creative,
-            "material_intro": context.introduced,
-            "rag_cue": cue,
-            "first_person_ratio": round(personal, 3) if personal else 0.0,
-            "system_instruction_share": round(instructions, 3) if instructions else 0.0,
-        },
-    )
+    features["question_chars"] = split.question
+    features["context_chars"] = context.prose
+    features["short_context"] = short_context
+    features["doc_markers"] = context.markers
+    features["table_rows"] = found.context.table_rows
+    features["transcript_lines"] = shape.transcript_lines
+    features["own_dialogue"] = shape.own_dialogue
+    features["creative_ask"] = supplied.creative
+    features["material_intro"] = context.introduced
+    features["rag_cue"] = cue
+    features["first_person_ratio"] = round(personal, 3) if personal else 0.0
+    features["system_instruction_share"] = round(instructions, 3) if instructions else 0.0
+    return rag, gate
 
 
 def measure(
@@ -430,8 +432,6 @@ def measure(
     last_text = last.text if last is not None else ""
     head = cues.read(last_text[:_CUE_HEAD])
     system = cues.read(found.system_text) if found.system_text else None
-    code, code_features = code_evidence(found, request, last_text, head, system)
-    rag, gate, rag_features = rag_evidence(found, request, head, system, min_context)
     features: dict[str, FeatureValue] = {
         "prompt_chars": found.prompt_chars,
         "messages": request.messages,
@@ -443,9 +443,11 @@ def measure(
         "has_tools": request.has_tools,
         "prompt_tokens": request.prompt_tokens,
         "images": request.images,
-        **rag_features,
-        **code_features,
-        "code_score": round(code.score, 3),
-        "rag_score": round(rag.score, 3),
     }
+    # Each evidence writes its features straight into the one dict, in the order they are
+    # reported: a dict per evidence merged into this one cost about 1 us per request.
+    rag, gate = rag_evidence(found, request, head, system, min_context, features)
+    code = code_evidence(found, request, last_text, head, system, features)
+    features["code_score"] = round(code.score, 3)
+    features["rag_score"] = round(rag.score, 3)
     return features, code, rag, gate
