@@ -232,7 +232,14 @@ class FleetCollector(Collector):
         self._store = store
 
     def collect(self) -> Iterator[Metric]:
-        fleet = self._fleet
+        yield from self._backend_families()
+        yield from self._acceptance_families()
+        yield from self._break_even_families()
+        yield self._store_family()
+        yield from self._spec_decode_families()
+
+    def _backend_families(self) -> Iterator[Metric]:
+        """Per backend: in-flight, health and the load its own metrics reported."""
         inflight = GaugeMetricFamily(
             "specroute_backend_inflight",
             "Open requests per backend (fleet-wide)",
@@ -268,9 +275,7 @@ class FleetCollector(Collector):
             "Draft acceptance over the last scrape window (vLLM counters)",
             labels=["backend", "pool"],
         )
-        totals: dict[tuple[str, str], list[float]] = {}
-        positions: dict[tuple[str, int], float] = {}
-        for b in fleet.backends.values():
+        for b in self._fleet.backends.values():
             labels = [b.name, b.spec.pool]
             inflight.add_metric(labels, b.inflight)
             healthy.add_metric(labels, 1.0 if b.healthy else 0.0)
@@ -280,16 +285,10 @@ class FleetCollector(Collector):
             kv_usage.add_metric(labels, b.kv_usage)
             if b.window_acceptance is not None:
                 window.add_metric(labels, b.window_acceptance)
-            if b.spec_counters is not None:
-                c = b.spec_counters
-                acc = totals.setdefault((b.spec.model, "0"), [0.0, 0.0, 0.0])
-                acc[0] += c.drafts
-                acc[1] += c.draft_tokens
-                acc[2] += c.accepted
-                for pos, value in c.per_position.items():
-                    positions[(b.spec.model, pos)] = positions.get((b.spec.model, pos), 0.0) + value
         yield from (inflight, healthy, quarantined, running, waiting, kv_usage, window)
 
+    def _acceptance_families(self) -> Iterator[Metric]:
+        """Per backend and prompt class: windowed acceptance and the floor alarm."""
         per_class = GaugeMetricFamily(
             "specroute_acceptance_rate",
             "Windowed per-request acceptance by backend and prompt class",
@@ -308,6 +307,8 @@ class FleetCollector(Collector):
         yield per_class
         yield below
 
+    def _break_even_families(self) -> Iterator[Metric]:
+        """Per speculative pool: the break-even concurrency in force and the learned one."""
         be = GaugeMetricFamily(
             "specroute_break_even_concurrency",
             "Break-even concurrency in force per speculative pool",
@@ -325,13 +326,27 @@ class FleetCollector(Collector):
         yield be
         yield learned
 
+    def _store_family(self) -> Metric:
         health = self._store.health()
         degraded = GaugeMetricFamily(
             "specroute_store_degraded", "1 while the shared store is unreachable", labels=["store"]
         )
         degraded.add_metric([health.backend], 1.0 if health.degraded else 0.0)
-        yield degraded
+        return degraded
 
+    def _spec_decode_families(self) -> Iterator[Metric]:
+        """The backends' vllm:spec_decode_* counters summed per model, as vLLM names them."""
+        totals: dict[tuple[str, str], list[float]] = {}
+        positions: dict[tuple[str, int], float] = {}
+        for b in self._fleet.backends.values():
+            if b.spec_counters is not None:
+                c = b.spec_counters
+                acc = totals.setdefault((b.spec.model, "0"), [0.0, 0.0, 0.0])
+                acc[0] += c.drafts
+                acc[1] += c.draft_tokens
+                acc[2] += c.accepted
+                for pos, value in c.per_position.items():
+                    positions[(b.spec.model, pos)] = positions.get((b.spec.model, pos), 0.0) + value
         names = (
             "vllm:spec_decode_num_drafts",
             "vllm:spec_decode_num_draft_tokens",
