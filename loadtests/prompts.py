@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proxy.sim.prompt_class import CLASS_FIELD
+
 PromptClass = Literal["chat", "rag", "code"]
 CLASSES: tuple[PromptClass, ...] = ("chat", "rag", "code")
 DEFAULT_MIX: Mapping[str, float] = {"chat": 0.5, "rag": 0.3, "code": 0.2}
@@ -70,7 +72,9 @@ class Prompt:
     messages: list[dict[str, str]]
     max_tokens: int
 
-    def body(self, model: str, *, temperature: float, ignore_eos: bool) -> dict[str, Any]:
+    def body(
+        self, model: str, *, temperature: float, ignore_eos: bool, state_class: bool = False
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
             "messages": self.messages,
@@ -81,6 +85,9 @@ class Prompt:
         }
         if ignore_eos:
             body["ignore_eos"] = True  # vLLM extension: exact output lengths, as vllm bench
+        if state_class:
+            # The simulators then draft with this class's acceptance, whatever the text.
+            body[CLASS_FIELD] = self.label
         return body
 
 

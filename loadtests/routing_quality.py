@@ -96,7 +96,9 @@ async def run_policy(plan: Plan, name: str, workdir: Path) -> dict[str, Any]:
         async with gateway(policy, workdir, name) as gw:
             engines_before = await fleet.engine_states()
             counters_before = await spec_counters(fleet)
-            generator = LoadGenerator(gw.url, MODEL, time_scale=plan.time_scale, progress=name)
+            generator = LoadGenerator(
+                gw.url, MODEL, time_scale=plan.time_scale, progress=name, state_class=True
+            )
             factory = PromptFactory(plan.seed, plan.mix, plan.output_scale)
             run = await generator.run(plan.trace, factory)
             lag = step_lag(engines_before, await fleet.engine_states())

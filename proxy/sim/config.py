@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from proxy.sim.overlap import ngram_acceptance
 from proxy.sim.profile import EngineProfile, PromptClass, SpecMethod, default_profile
 
 
@@ -57,9 +58,17 @@ class SimConfig(BaseModel):
     def speculative(self) -> bool:
         return self.speculation != "none"
 
-    def acceptance_for(self, prompt_class: PromptClass) -> float:
-        """Per-token acceptance before faults: explicit override, else the profile's default."""
+    def acceptance_for(self, prompt_class: PromptClass, overlap: float | None = None) -> float:
+        """Per-token acceptance before faults: the explicit override, else the profile's.
+
+        ``overlap`` is the prompt's repeated-trigram share (``proxy.sim.overlap``), given
+        when the request did not state its class: prompt lookup then follows the text
+        (between the profile's lowest and highest n-gram acceptance); drafters that are
+        models follow the class.
+        """
         if self.acceptance is not None and prompt_class in self.acceptance:
             return self.acceptance[prompt_class]
         by_class = self.profile.acceptance.get(self.speculation, {})
+        if overlap is not None and self.speculation == "ngram" and by_class:
+            return ngram_acceptance(overlap, min(by_class.values()), max(by_class.values()))
         return by_class.get(prompt_class, 0.0)
