@@ -22,7 +22,13 @@ from proxy.gateway.api import public_router
 from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.upstream import make_upstream
-from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
+from proxy.metrics import (
+    CallbackGauge,
+    CanaryCollector,
+    FleetCollector,
+    GatewayMetrics,
+    LatencyCollector,
+)
 from proxy.policy import load_policy
 from proxy.policy.manager import PolicyManager, PolicyVersion
 from proxy.records import ENDPOINT_BY_PATH, OPENAI_PATHS, Endpoint
@@ -104,6 +110,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             lambda: gateway.fleet, gateway.acceptance, gateway.break_even, lambda: gateway.store
         )
     )
+    metrics.add_collector(LatencyCollector(lambda: gateway.latency))
     shadow = ShadowVerifier(gateway.fleet, store, control, metrics)
     shadow.configure(initial.policy.shadow)
     gateway.hooks.append(shadow.hook)
@@ -191,7 +198,6 @@ def _relay_route(path: str, kind: Endpoint) -> Route:
 
 
 StartupHook = Callable[[FastAPI], Awaitable[None]]
-
 
 
 class GatewayApp(FastAPI):

@@ -24,7 +24,7 @@ from proxy.gateway.relay import (
     absorb_usage,
     capture_text,
 )
-from proxy.gateway.request import parse_request, read_body, with_usage
+from proxy.gateway.request import parse_request, read_body, requested_max_tokens, with_usage
 from proxy.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from proxy.gateway.watch import Watch
 from proxy.metrics import GatewayMetrics
@@ -34,6 +34,7 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.classify import Classification, Classifier
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
@@ -89,9 +90,12 @@ class Gateway:
         self.fleet = Fleet(policy)
         self.acceptance = AcceptanceTracker(policy.acceptance)
         self.break_even = BreakEvenModel(policy)
-        self.scheduler = Scheduler(policy, self.fleet, self.acceptance, self.break_even)
+        self.latency = LatencyModel(policy, self.acceptance)
+        self.scheduler = Scheduler(
+            policy, self.fleet, self.acceptance, self.break_even, latency=self.latency
+        )
         self.classifier = Classifier(policy.classifier)
-        self.observer = Observer(store, self.acceptance, self.break_even, metrics)
+        self.observer = Observer(store, self.acceptance, self.break_even, metrics, self.latency)
         self.models = frozenset(policy.models())
         self.hooks: list[OutcomeHook] = []
         # Whether to capture a request's output for verification (the shadow's sampler).
@@ -106,9 +110,11 @@ class Gateway:
 
     @staticmethod
     def validate_policy(policy: Policy) -> None:
-        """Everything a policy needs beyond its schema: its plugins must build."""
+        """Everything a policy needs beyond its schema: its plugins must build, its engine
+        profiles load."""
         Scheduler.build_profile(policy)
         Classifier(policy.classifier)
+        LatencyModel(policy, AcceptanceTracker(policy.acceptance))
 
     def apply_policy(self, policy: Policy) -> None:
         """Swap every component to ``policy`` in one synchronous step."""
@@ -117,6 +123,7 @@ class Gateway:
         self.fleet.apply_policy(policy)
         self.break_even.apply_policy(policy)
         self.acceptance.configure(policy.acceptance)
+        self.latency.apply_policy(policy)
         self.classifier = classifier
         self.models = frozenset(policy.models())
         for listener in self.policy_listeners:
@@ -149,7 +156,15 @@ class Gateway:
             sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
             if sticky is None and isinstance(parsed.body.get("user"), str):
                 sticky = parsed.body["user"]
-            info = RequestInfo(parsed.model, label.label, parsed.greedy, sticky, request_id)
+            info = RequestInfo(
+                parsed.model,
+                label.label,
+                parsed.greedy,
+                sticky,
+                request_id,
+                prompt_bytes=len(parsed.raw),
+                max_tokens=requested_max_tokens(parsed.body),
+            )
             await self._dispatch(parsed, info, label, scope, receive, send, rid)
         except GatewayError as err:
             self.metrics.errors.labels(str(err.status), str(err.payload()["error"]["code"])).inc()
@@ -200,7 +215,7 @@ class Gateway:
             backend = chosen.backend
             tried.add(backend.name)
             result = await self._attempt(
-                parsed, decision, backend, label, watch, send, rid, attempt
+                parsed, info, decision, backend, label, watch, send, rid, attempt
             )
             if result is None:
                 return
@@ -223,6 +238,7 @@ class Gateway:
     async def _attempt(
         self,
         parsed: ParsedRequest,
+        info: RequestInfo,
         decision: Decision,
         backend: BackendState,
         label: Classification,
@@ -232,13 +248,14 @@ class Gateway:
         attempt: int,
     ) -> _Retry | None:
         spec = backend.spec
+        # Predicted before the request counts on the backend (as the scheduler saw it).
+        forecast = self.latency.dispatch(backend, info)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
-        # (the load scorer counts it). Estimated as body bytes / 4: the gateway has no
-        # tokenizer (and must not spend one on the request path), ~4 bytes per token is
-        # English text in a BPE vocabulary, and the scorer only needs sizes relative to each
-        # other (the JSON framing of a short chat turn is noise next to a long prompt).
-        prefill = len(parsed.raw) // 4
+        # (the load scorer and the latency model count it). No tokenizer on the request
+        # path: the body size over a bytes-per-token ratio learned per class from the
+        # prompt tokens the backends report (LatencyModel.prompt_tokens).
+        prefill = forecast.prompt_tokens
         backend.prefill_pending += prefill
         outcome = Outcome(
             backend=backend.name,
@@ -248,6 +265,7 @@ class Gateway:
             load=backend.inflight,
             started=time.monotonic(),
             attempts=attempt,
+            forecast=forecast,
         )
         if parsed.greedy and parsed.n == 1 and self.capture(backend):
             outcome.text = []  # this output will be replayed and compared: capture it

@@ -103,6 +103,16 @@ def parse_request(kind: Endpoint, raw: bytes) -> ParsedRequest:
     return ParsedRequest(kind, body, raw, model, stream, include_usage, greedy, n)
 
 
+def requested_max_tokens(body: dict[str, Any]) -> int | None:
+    """The output limit the request sets, if a positive integer (the backend judges the
+    rest): ``max_completion_tokens`` first, as vLLM reads it."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def with_usage(parsed: ParsedRequest) -> bytes:
     """The body with ``stream_options.include_usage`` on, so the final chunk carries usage
     (and vLLM's per-request speculative metrics). The relay drops that chunk again for

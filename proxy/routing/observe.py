@@ -15,6 +15,7 @@ from proxy.metrics import GatewayMetrics
 from proxy.records import Outcome
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.latency import LatencyModel
 from proxy.store import Store
 
 log = logging.getLogger("specroute.observe")
@@ -52,12 +53,16 @@ class Observer:
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
         metrics: GatewayMetrics,
+        latency: LatencyModel | None = None,
         flush_interval_s: float = 0.1,
     ) -> None:
         self.store = store
         self.acceptance = acceptance
         self.break_even = break_even
         self.metrics = metrics
+        # Corrected from this replica's own outcomes only: the predictions it compares
+        # against were made here.
+        self.latency = latency
         self._flush_interval = flush_interval_s
         self._pending: list[dict[str, Any]] = []
         self._cursor: str | None = None
@@ -68,6 +73,8 @@ class Observer:
         self.metrics.requests.labels(outcome.backend, outcome.pool, outcome.label, result).inc()
         if not outcome.ok:
             return
+        if self.latency is not None:
+            self.latency.observe(outcome)
         ttft, tpot = outcome.ttft, outcome.tpot
         if ttft is not None:
             self.metrics.ttft.labels(outcome.pool).observe(ttft)

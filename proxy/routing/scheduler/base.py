@@ -17,6 +17,7 @@ from proxy.records import RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.latency import LatencyModel
 
 
 @dataclass(slots=True)
@@ -28,6 +29,7 @@ class SchedulingContext:
     policy: Policy
     acceptance: AcceptanceTracker
     break_even: BreakEvenModel
+    latency: LatencyModel
     # Plugins may leave notes about a backend here (why it was dropped / probed).
     notes: dict[str, str] = field(default_factory=dict)
     # Set while explaining (/admin/explain): plugins may then spend time on detail.

@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from proxy.policy import PluginSpec
-from proxy.routing.scheduler import filters, pickers, scorers
+from proxy.routing.scheduler import filters, latency_scorer, pickers, scorers
 
 BUILTIN: dict[str, dict[str, type[Any]]] = {
     "filter": {
@@ -26,6 +26,7 @@ BUILTIN: dict[str, dict[str, type[Any]]] = {
         "break_even": scorers.BreakEvenScorer,
         "acceptance": scorers.AcceptanceScorer,
         "load": scorers.LoadScorer,
+        "latency": latency_scorer.LatencyScorer,
     },
     "picker": {
         "max_score": pickers.MaxScorePicker,

@@ -11,6 +11,7 @@ from proxy.records import RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.latency import LatencyModel
 from proxy.routing.scheduler import registry
 from proxy.routing.scheduler.base import (
     Candidate,
@@ -77,10 +78,12 @@ class Scheduler:
         fleet: Fleet,
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
+        latency: LatencyModel | None = None,
     ) -> None:
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
+        self.latency = latency or LatencyModel(policy, acceptance)
         self.policy = policy
         self._profile = self.build_profile(policy)
         # Shared read-only services plugins may consult (the canary controller).
@@ -194,6 +197,7 @@ class Scheduler:
             policy=self.policy,
             acceptance=self.acceptance,
             break_even=self.break_even,
+            latency=self.latency,
             extras=self.extras,
         )
 

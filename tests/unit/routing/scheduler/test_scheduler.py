@@ -84,7 +84,9 @@ def test_explain_lists_every_score() -> None:
 
 
 def test_import_string_plugins_and_bad_types() -> None:
-    policy = mixed_fleet(routing={"picker": {"type": "proxy.routing.scheduler.pickers:RoundRobinPicker"}})
+    policy = mixed_fleet(
+        routing={"picker": {"type": "proxy.routing.scheduler.pickers:RoundRobinPicker"}}
+    )
     s = healthy_scheduler(policy)
     assert len({chosen(s) for _ in range(3)}) == 3
     with pytest.raises(PluginError):
@@ -112,7 +114,7 @@ def test_batch_scoring_equals_per_backend_scoring() -> None:
     backends = list(s.fleet.backends.values())
     for label in ("code", "chat", "rag"):
         ctx = SchedulingContext(
-            RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even
+            RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even, s.latency
         )
         for scorer in (BreakEvenScorer(), AcceptanceScorer(), LoadScorer()):
             assert scorer.score_all(ctx, backends) == [scorer.score(ctx, b) for b in backends]
