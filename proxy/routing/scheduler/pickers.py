@@ -88,3 +88,36 @@ class RoundRobinPicker:
             return []
         self._turn = (self._turn + 1) % len(ordered)
         return ordered[self._turn :] + ordered[: self._turn]
+
+
+class PowerOfTwoPicker:
+    """Two candidates drawn at random, the higher-scored first (power of two choices, as
+    vllm-router ships it): near least-loaded balance without herding every request onto
+    the one backend that looked emptiest at the last update."""
+
+    name = "power_of_two"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._random = random.Random(seed)
+
+    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
+        if len(candidates) < 2:
+            return list(candidates)
+        a, b = self._random.sample(range(len(candidates)), 2)
+        first = candidates[a] if candidates[a].total >= candidates[b].total else candidates[b]
+        ordered = [first, *(c for c in candidates if c is not first)]
+        if ctx.forced is not None:
+            ordered.sort(key=lambda c: c.backend.name != ctx.forced)
+        return ordered
+
+    def pick_first(
+        self, ctx: SchedulingContext, backends: list[BackendState], totals: list[float]
+    ) -> int:
+        if ctx.forced is not None:
+            for i, backend in enumerate(backends):
+                if backend.name == ctx.forced:
+                    return i
+        if len(totals) < 2:
+            return 0
+        a, b = self._random.sample(range(len(totals)), 2)
+        return a if totals[a] >= totals[b] else b

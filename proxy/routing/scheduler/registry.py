@@ -32,6 +32,7 @@ BUILTIN: dict[str, dict[str, type[Any]]] = {
         "max_score": pickers.MaxScorePicker,
         "random": pickers.RandomPicker,
         "round_robin": pickers.RoundRobinPicker,
+        "power_of_two": pickers.PowerOfTwoPicker,
     },
 }
 

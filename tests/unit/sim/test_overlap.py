@@ -73,8 +73,15 @@ def test_a_long_conversation_gets_chat_acceptance_on_every_drafter() -> None:
 
 
 def test_prompt_lookup_follows_the_prompts_overlap() -> None:
-    ceiling = max(NGRAM.profile.acceptance["ngram"].values())
+    by_class = NGRAM.profile.acceptance["ngram"]
+    ceiling = max(by_class.values())
     assert acceptance(NGRAM, CODE) == pytest.approx(ceiling)
+    # A short snippet to fix repeats little, but the answer quotes it: the class decides.
+    snippet = "Fix the bug:\n```python\ndef mean(xs):\n    return sum(xs) / len(xs) + 1\n```"
+    assert acceptance(NGRAM, snippet) == by_class["code"]
+    # Prose without code or documents that repeats itself (a form letter) offers copying.
+    letter = "Dear customer, your order has shipped and will arrive soon. " * 20
+    assert acceptance(NGRAM, letter) > 0.5
 
 
 def test_a_stated_class_decides_for_every_drafter() -> None:

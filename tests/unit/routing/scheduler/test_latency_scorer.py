@@ -85,3 +85,20 @@ def test_slo_and_latency_sections_are_validated() -> None:
     ):
         with pytest.raises(PolicyError):
             parse_policy(base + bad)
+
+
+def test_power_of_two_takes_the_better_of_two_random_backends() -> None:
+    policy = make_policy(
+        *(backend(f"plain-{i}", "plain") for i in range(4)),
+        routing={
+            "scorers": [{"type": "load", "params": {"prefill_tokens_full": 0}}],
+            "picker": {"type": "power_of_two", "params": {"seed": 3}},
+        },
+    )
+    s = healthy_scheduler(policy)
+    for i, b in enumerate(s.fleet.backends.values()):
+        b.local_inflight = 10 * i  # plain-3 the fullest: never the better of two
+    picks = [chosen(s, "chat") for _ in range(200)]
+    assert "plain-3" not in picks
+    assert {"plain-0", "plain-1", "plain-2"} == set(picks)
+    assert picks.count("plain-0") > picks.count("plain-2")
