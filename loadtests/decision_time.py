@@ -59,7 +59,11 @@ BODIES = [
 ]
 
 
-def fleet_policy(n: int) -> Policy:
+# The latency scorer's profile (it has no fused pass: its predictions are the work).
+LATENCY_ROUTING: dict[str, Any] = {"scorers": [{"type": "latency"}]}
+
+
+def fleet_policy(n: int, routing: dict[str, Any] | None = None) -> Policy:
     methods = [
         ("plain", "none", 0),
         ("ngram", "ngram", 4),
@@ -78,9 +82,13 @@ def fleet_policy(n: int) -> Policy:
                 "speculation": {"method": method, "k": k},
             }
         )
-    return Policy.model_validate(
-        {"backends": backends, "pools": {"eagle3": {"break_even": {"mode": "learned"}}}}
-    )
+    document: dict[str, Any] = {
+        "backends": backends,
+        "pools": {"eagle3": {"break_even": {"mode": "learned"}}},
+    }
+    if routing is not None:
+        document["routing"] = routing
+    return Policy.model_validate(document)
 
 
 def _scheduler(policy: Policy, seed: int, fused: bool) -> Scheduler:
@@ -115,7 +123,8 @@ def _row(values: list[int]) -> dict[str, float]:
 
 def measure(backends: int, requests: int, seed: int = 1, block: int = 500) -> dict[str, Any]:
     """Classify each request, then decide it as the request path does: with the fused
-    passes (``decision``), or with the plain plugin pipeline they replace (``pipeline``).
+    passes (``decision``), or with the plain plugin pipeline they replace (``pipeline``),
+    or with the latency scorer's profile (``latency``).
     The two alternate in blocks of ``block`` requests over the same request and load
     sequence, so both see the same inputs and the same machine noise, while neither runs
     with the other's 64-backend working set evicting its caches between two decisions
@@ -125,6 +134,7 @@ def measure(backends: int, requests: int, seed: int = 1, block: int = 500) -> di
     schedulers = {
         "decision": _scheduler(policy, seed, fused=True),
         "pipeline": _scheduler(policy, seed, fused=False),
+        "latency": _scheduler(fleet_policy(backends, LATENCY_ROUTING), seed, fused=False),
     }
     classifier = Classifier(policy.classifier)
     raws = [orjson.dumps(b) for b in BODIES]
@@ -132,7 +142,12 @@ def measure(backends: int, requests: int, seed: int = 1, block: int = 500) -> di
     # backend every 50 requests, the same sequence for both.
     loads = [[rng.randint(0, 120) for _ in range(backends)] for _ in range(requests // 50 + 1)]
     classify_ns: list[int] = []
-    timings: dict[str, list[int]] = {"decision": [], "decision_cpu": [], "pipeline": []}
+    timings: dict[str, list[int]] = {
+        "decision": [],
+        "decision_cpu": [],
+        "pipeline": [],
+        "latency": [],
+    }
     # As the gateway does at start-up: long-lived objects out of the collector's way.
     gc.collect()
     gc.freeze()
@@ -151,7 +166,8 @@ def measure(backends: int, requests: int, seed: int = 1, block: int = 500) -> di
             t0 = wall()
             label = classifier.classify(body).label
             t1, c1 = wall(), cpu()
-            decision = scheduler.schedule(RequestInfo("m", label, request_id=str(i)))
+            request = RequestInfo("m", label, request_id=str(i), prompt_bytes=len(raws[i % 3]))
+            decision = scheduler.schedule(request)
             scheduler.reason(decision)  # the route header is part of the decision's cost
             t2, c2 = wall(), cpu()
             walls.append(t2 - t1)
@@ -161,7 +177,8 @@ def measure(backends: int, requests: int, seed: int = 1, block: int = 500) -> di
 
     for n, start in enumerate(range(0, requests, block)):
         stop = min(start + block, requests)
-        order = ("decision", "pipeline") if n % 2 else ("pipeline", "decision")
+        order = ("decision", "pipeline", "latency")
+        order = order if n % 2 else order[::-1]
         for name in order:
             run_block(name, start, stop)
     gc.unfreeze()
@@ -190,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         "decision_us": "decision",
         "decision_cpu_us": "  its CPU",
         "pipeline_us": "pipeline",
+        "latency_us": "latency",
         "total_us": "total",
     }
     for part, name in names.items():

@@ -4,6 +4,11 @@ Every policy is a policy document for the same gateway code; they differ only in
 plugins and, for all-speculative / all-plain, in which backends they may use:
 
 - ``round-robin``: rotate over every backend (simple gateways);
+- ``power-of-two``: the ``load`` scorer counting requests, two backends drawn at random
+  and the less loaded taken (power of two choices, what vllm-router ships);
+- ``least-prompt-tokens``: least outstanding prompt tokens (sent, no first byte back
+  yet: ``load`` with ``prefill_tokens_full`` 1024, so pending prompt tokens outweigh the
+  in-flight count, which only breaks ties);
 - ``least-loaded``: the ``load`` scorer alone counting requests (in-flight, queue, KV
   pressure; ``prefill_tokens_full: 0``, prompt sizes not counted), what the public LLM
   routers do; class- and speculation-blind;
@@ -15,6 +20,8 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
   with their shipped weights and params) with fixed per-pool break-even points;
 - ``specroute-learned``: the same, the break-even points learned online from measured TPOT
   (what ships);
+- ``specroute-latency``: the ``latency`` scorer alone (predicted TTFT/TPOT against the
+  SLO, proxy/routing/scheduler/latency_scorer.py) behind the default filters;
 - ``specroute-balanced`` (an experiment, kept as first measured): learned break-even used
   only as a cap (``plain_score: 1.0``: below it speculative and plain backends score
   alike), the acceptance scorer as the speculative bias, and the load scorer at weight 4
@@ -59,14 +66,17 @@ BREAK_EVEN = {"ngram": 48.0, "eagle3": 64.0}
 DEFAULT_POLICIES = (
     "round-robin",
     "least-loaded",
+    "power-of-two",
+    "least-prompt-tokens",
     "all-speculative",
     "all-plain",
     "specroute-static",
     "specroute-learned",
-    "specroute-balanced",
+    "specroute-latency",
 )
 # Experiments: run only when named.
 EXPERIMENTS = (
+    "specroute-balanced",
     "least-loaded-prefill",
     "specroute-prefill",
     "specroute-prefill-8k",
@@ -75,14 +85,22 @@ EXPERIMENTS = (
 )
 POLICIES = DEFAULT_POLICIES + EXPERIMENTS
 # The per-phase envelope: in each phase, the best of the policies that do not learn.
-STATIC_POLICIES = DEFAULT_POLICIES[:5]
+STATIC_POLICIES = (
+    "round-robin",
+    "least-loaded",
+    "power-of-two",
+    "least-prompt-tokens",
+    "all-speculative",
+    "all-plain",
+    "specroute-static",
+)
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
 
 
-def _least_loaded(prefill_tokens_full: int = 0) -> dict[str, Any]:
+def _least_loaded(prefill_tokens_full: int = 0, picker: str = "max_score") -> dict[str, Any]:
     load = {"type": "load", "weight": 1.0, "params": {"prefill_tokens_full": prefill_tokens_full}}
-    return {"filters": _BASIC_FILTERS, "scorers": [load], "picker": {"type": "max_score"}}
+    return {"filters": _BASIC_FILTERS, "scorers": [load], "picker": {"type": picker}}
 
 
 def _scorers(
@@ -124,14 +142,28 @@ _EXPERIMENT_SCORERS: dict[str, tuple[float, float, float, int]] = {
 
 
 def build_policy(
-    name: str, fleet: SimFleet, break_even: dict[str, float] | None = None
+    name: str,
+    fleet: SimFleet,
+    break_even: dict[str, float] | None = None,
+    slo_ms: tuple[float, float] = (500.0, 25.0),
 ) -> dict[str, Any]:
-    """The policy document for ``name`` over ``fleet``'s simulators."""
+    """The policy document for ``name`` over ``fleet``'s simulators.
+
+    Every policy also names the simulators' (time-scaled) step-cost profile and the
+    benchmark's objective (``slo_ms``, TTFT and TPOT in model time) scaled to the wall
+    clock, as a deployment would name its engines' profile and its objectives: they are
+    the fleet's facts, not routing choices; only the latency scorer reads them.
+    """
     break_even = break_even or BREAK_EVEN
     everything = fleet.backends()
     spec_only = [b for b in everything if b["name"] in SPECULATIVE]
     plain_only = [b for b in everything if b["name"] not in SPECULATIVE]
-    policy: dict[str, Any] = {"version": name}
+    scale = fleet.time_scale
+    policy: dict[str, Any] = {
+        "version": name,
+        "latency": {"profile": str(fleet.profile_path)},
+        "slo": {"default": {"ttft_ms": slo_ms[0] * scale, "tpot_ms": slo_ms[1] * scale}},
+    }
     if name == "round-robin":
         policy |= {
             "backends": everything,
@@ -143,6 +175,16 @@ def build_policy(
         }
     elif name == "least-loaded":
         policy |= {"backends": everything, "routing": _least_loaded()}
+    elif name == "power-of-two":
+        policy |= {"backends": everything, "routing": _least_loaded(picker="power_of_two")}
+    elif name == "least-prompt-tokens":
+        policy |= {"backends": everything, "routing": _least_loaded(1024)}
+    elif name == "specroute-latency":
+        policy |= {
+            "backends": everything,
+            **_specroute("learned", break_even),
+            "routing": {"scorers": [{"type": "latency", "weight": 1.0}]},
+        }
     elif name == "all-speculative":
         policy |= {"backends": spec_only, "routing": _least_loaded()}
     elif name == "all-plain":

@@ -63,6 +63,11 @@ class SimFleet:
     model: str = MODEL
     services: dict[str, Service] = field(default_factory=dict)
 
+    @property
+    def profile_path(self) -> Path:
+        """The time-scaled engine profile the simulators run (written on start)."""
+        return self.workdir / f"profile-x{self.time_scale:g}.json"
+
     def url(self, name: str) -> str:
         return self.services[name].url
 
@@ -82,7 +87,7 @@ class SimFleet:
         ]
 
     async def __aenter__(self) -> SimFleet:
-        profile = self.workdir / f"profile-x{self.time_scale:g}.json"
+        profile = self.profile_path
         profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale)))
         ports = {s.name: free_port() for s in self.specs}
         args = ["loadtests.sim_host", "--profile", str(profile), "--model", self.model]

@@ -91,10 +91,12 @@ class EngineCosts:
 
 @dataclass(slots=True)
 class _Online:
-    """What has been measured about one backend."""
+    """What has been measured about one backend, and its step costs by batch size."""
 
     costs: EngineCosts
     window: int
+    method: str = "none"
+    k: int = 0
     ttft_ratio: float = 1.0
     tpot_ratio: float = 1.0
     # Prompt tokens sent here, exponentially decayed (``prefill_window_s``), and when.
@@ -103,9 +105,19 @@ class _Online:
     ttft_errors: deque[float] = field(init=False)
     tpot_errors: deque[float] = field(init=False)
 
+    steps: dict[int, float] = field(init=False)
+
     def __post_init__(self) -> None:
         self.ttft_errors = deque(maxlen=self.window)
         self.tpot_errors = deque(maxlen=self.window)
+        self.steps = {}
+
+    def step_s(self, batch: int) -> float:
+        """One step of ``batch`` decoding sequences with this backend's speculation."""
+        cached = self.steps.get(batch)
+        if cached is None:
+            cached = self.steps[batch] = self.costs.step_s(self.method, batch, self.k)
+        return cached
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +182,13 @@ class LatencyModel:
             costs = profiles.get(name)
             if costs is None:
                 costs = profiles[name] = EngineCosts(load_engine_profile(name))
+            method, k = spec.speculation.method, spec.speculation.k
             old = self._online.get(spec.name)
             if old is not None and old.costs.profile == costs.profile:
-                old.costs = costs
+                old.costs, old.method, old.k, old.steps = costs, method, k, {}
                 online[spec.name] = old
             else:
-                online[spec.name] = _Online(costs, settings.window)
+                online[spec.name] = _Online(costs, settings.window, method, k)
         self.settings: LatencySettings = settings
         self.priors = policy.acceptance.priors
         self._online = online
@@ -209,55 +222,89 @@ class LatencyModel:
         return backend.window_acceptance if backend.window_acceptance is not None else 0.5
 
     # -- predictions ---------------------------------------------------------------------
-    def predict_all(
+    def latencies(
         self, backends: Sequence[BackendState], request: RequestInfo
-    ) -> list[Prediction]:
-        """Every backend's prediction for one request (the scheduler's batch form)."""
+    ) -> list[tuple[float, float]]:
+        """Every backend's predicted (TTFT, TPOT) in seconds for one request: the
+        scheduler's batch form (hot path: no records built)."""
         label = request.label
         prompt = self.prompt_tokens(label, request.prompt_bytes)
         now = self.clock()
-        return [self._predict(b, prompt, self.draft_acceptance(b, label), now) for b in backends]
+        usable = self.acceptance.usable.get(label) or {}
+        online = self._online
+        out: list[tuple[float, float]] = []
+        append = out.append
+        for b in backends:
+            state = online.get(b.name) or self._adopt(b)
+            acceptance = None
+            if b.speculative:
+                acceptance = usable.get(b.name)
+                if acceptance is None:
+                    acceptance = self.draft_acceptance(b, label)
+            ttft, tpot, *_ = self._model(state, b, prompt, acceptance, now)
+            append((ttft * state.ttft_ratio, tpot * state.tpot_ratio))
+        return out
 
     def predict(self, backend: BackendState, request: RequestInfo) -> Prediction:
-        return self.predict_all([backend], request)[0]
-
-    def _predict(
-        self, backend: BackendState, prompt: int, acceptance: float | None, now: float
-    ) -> Prediction:
-        online = self._online.get(backend.name)
-        if online is None:  # a backend of a policy being applied: not known yet
-            online = self._online[backend.name] = _Online(
-                EngineCosts(default_profile()), self.settings.window
-            )
-        costs = online.costs
-        k = backend.k if acceptance is not None else 0
-        batch = backend.inflight
-        queued = max(backend.prefill_pending, 0)
-        work = queued + prompt
-        budget = max(costs.chunk_tokens - batch * (k + 1), costs.chunk_tokens // 8)
-        step_now = costs.step_s(backend.method, batch, k)
-        model_ttft = (work / budget + 0.5) * step_now + costs.prefill_s_per_token * work
-        # Decayed prompt tokens over the time constant: the recent prompt-token rate.
-        rate = online.prefill_sum * math.exp((online.prefill_at - now) * self._decay) * self._decay
-        share = min(costs.prefill_s_per_token * rate, _MAX_PREFILL_SHARE)
-        per_step = 1.0 + acceptance * k if acceptance is not None else 1.0
-        step_joined = costs.step_s(backend.method, batch + 1, k)
-        model_tpot = step_joined / (1.0 - share) / per_step
+        """One backend's prediction with what it came from (explanations, dispatch)."""
+        label = request.label
+        state = self._online.get(backend.name) or self._adopt(backend)
+        prompt = self.prompt_tokens(label, request.prompt_bytes)
+        acceptance = self.draft_acceptance(backend, label)
+        ttft, tpot, step, per_step, share = self._model(
+            state, backend, prompt, acceptance, self.clock()
+        )
         return Prediction(
-            ttft_s=model_ttft * online.ttft_ratio,
-            tpot_s=model_tpot * online.tpot_ratio,
-            model_ttft_s=model_ttft,
-            model_tpot_s=model_tpot,
-            queued_tokens=queued,
+            ttft_s=ttft * state.ttft_ratio,
+            tpot_s=tpot * state.tpot_ratio,
+            model_ttft_s=ttft,
+            model_tpot_s=tpot,
+            queued_tokens=max(backend.prefill_pending, 0),
             prompt_tokens=prompt,
-            batch=batch + 1,
-            step_s=step_joined,
+            batch=backend.inflight + 1,
+            step_s=step,
             tokens_per_step=per_step,
             acceptance=acceptance,
             prefill_share=share,
-            ttft_ratio=online.ttft_ratio,
-            tpot_ratio=online.tpot_ratio,
+            ttft_ratio=state.ttft_ratio,
+            tpot_ratio=state.tpot_ratio,
         )
+
+    def _model(
+        self,
+        state: _Online,
+        backend: BackendState,
+        prompt: int,
+        acceptance: float | None,
+        now: float,
+    ) -> tuple[float, float, float, float, float]:
+        """The calibrated model of the module docstring, uncorrected: (TTFT, TPOT, step of
+        the batch joined, tokens per step, prefill share)."""
+        costs = state.costs
+        k = state.k if acceptance is not None else 0
+        batch = backend.local_inflight + backend.others_inflight
+        queued = backend.prefill_pending
+        work = (queued if queued > 0 else 0) + prompt
+        chunk = costs.chunk_tokens
+        budget = max(chunk - batch * (k + 1), chunk >> 3)
+        per_token = costs.prefill_s_per_token
+        ttft = (work / budget + 0.5) * state.step_s(batch) + per_token * work
+        # Decayed prompt tokens over the time constant: the recent prompt-token rate.
+        decay = self._decay
+        rate = state.prefill_sum * math.exp((state.prefill_at - now) * decay) * decay
+        share = min(per_token * rate, _MAX_PREFILL_SHARE)
+        per_step = 1.0 + acceptance * k if acceptance is not None else 1.0
+        step = state.step_s(batch + 1)
+        return ttft, step / (1.0 - share) / per_step, step, per_step, share
+
+    def _adopt(self, backend: BackendState) -> _Online:
+        """A backend of a policy being applied, not known here yet: the default profile."""
+        speculation = backend.spec.speculation
+        state = _Online(
+            EngineCosts(default_profile()), self.settings.window, speculation.method, speculation.k
+        )
+        self._online[backend.name] = state
+        return state
 
     def dispatch(self, backend: BackendState, request: RequestInfo) -> LatencyForecast:
         """The prediction for the backend a request is being sent to, before it counts

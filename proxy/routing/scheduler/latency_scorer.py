@@ -8,7 +8,9 @@ request's objective (the policy's ``slo`` section, by model and class):
 each read off a log-logistic curve around the prediction, ``1 / (1 + (predicted /
 objective) ** spread)`` (one half when the prediction sits on the objective; ``spread``
 says how sure the model is), TPOT counting only when the request is expected to produce
-more than one token. A share ``latency_weight`` of the score goes to low expected
+more than one token. That chance counts relative to the best backend's, so under
+overload, where every chance is small, the best one still stands out. A share
+``latency_weight`` of the score goes to low expected
 end-to-end latency for the expected output length (class prior and ``max_tokens``):
 ``budget / (budget + TTFT + TPOT * (n - 1))`` with ``budget`` what the objective allows
 for n tokens. That share ranks the backends when all of them (light load) or none of them
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 from proxy.policy import Objective
 from proxy.routing.fleet import BackendState
-from proxy.routing.latency import Prediction
 from proxy.routing.scheduler.base import SchedulingContext
 
 
@@ -45,31 +46,49 @@ class LatencyScorer:
         request = ctx.request
         objective = ctx.policy.slo.objective(request.model, request.label)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
-        return [
-            self.rate(p, objective, tokens)[0] for p in ctx.latency.predict_all(backends, request)
-        ]
-
-    def rate(
-        self, p: Prediction, objective: Objective, tokens: float
-    ) -> tuple[float, float, float]:
-        """(score, P(meet), expected end-to-end seconds) of one prediction."""
+        # ``rate`` inlined over the batch (hot path: one call per request, not per backend).
         ttft_goal, tpot_goal = objective.ttft_ms / 1000.0, objective.tpot_ms / 1000.0
         spread = self.spread
-        meet = 1.0 / (1.0 + (p.ttft_s / ttft_goal) ** spread)
-        if tokens > 1.0:
-            meet /= 1.0 + (p.tpot_s / tpot_goal) ** spread
-        later = max(tokens - 1.0, 0.0)
-        e2e = p.ttft_s + p.tpot_s * later
+        later = tokens - 1.0 if tokens > 1.0 else 0.0
         budget = ttft_goal + tpot_goal * later
+        rated: list[tuple[float, float]] = []
+        for ttft, tpot in ctx.latency.latencies(backends, request):
+            meet = 1.0 / (1.0 + (ttft / ttft_goal) ** spread)
+            if later:
+                meet /= 1.0 + (tpot / tpot_goal) ** spread
+            rated.append((meet, budget / (budget + ttft + tpot * later)))
+        return self.combine(rated)
+
+    def combine(self, rated: list[tuple[float, float]]) -> list[float]:
+        """Scores from (P(meet), speed) pairs: the chance relative to the best backend's
+        (under overload every chance is small, and the best is still worth taking), plus
+        the speed share."""
+        best = max((meet for meet, _ in rated), default=0.0)
         w = self.latency_weight
-        return (1.0 - w) * meet + w * budget / (budget + e2e), meet, e2e
+        scale = (1.0 - w) / best if best > 0.0 else 0.0
+        return [scale * meet + w * speed for meet, speed in rated]
+
+    def rate(
+        self, ttft: float, tpot: float, objective: Objective, tokens: float
+    ) -> tuple[float, float]:
+        """(P(meet), speed) of one predicted (TTFT, TPOT); speed is
+        ``budget / (budget + e2e)``. ``score_all`` inlines the same arithmetic."""
+        ttft_goal, tpot_goal = objective.ttft_ms / 1000.0, objective.tpot_ms / 1000.0
+        spread = self.spread
+        later = tokens - 1.0 if tokens > 1.0 else 0.0
+        meet = 1.0 / (1.0 + (ttft / ttft_goal) ** spread)
+        if later:
+            meet /= 1.0 + (tpot / tpot_goal) ** spread
+        budget = ttft_goal + tpot_goal * later
+        return meet, budget / (budget + ttft + tpot * later)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         request = ctx.request
         objective = ctx.policy.slo.objective(request.model, request.label)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
         p = ctx.latency.predict(backend, request)
-        _, meet, e2e = self.rate(p, objective, tokens)
+        meet, _ = self.rate(p.ttft_s, p.tpot_s, objective, tokens)
+        e2e = p.ttft_s + p.tpot_s * max(tokens - 1.0, 0.0)
         return (
             f"{p.describe()}; ~{tokens:.0f} output tokens: e2e ~{e2e * 1000:.0f} ms, "
             f"P(TTFT <= {objective.ttft_ms:g} ms, TPOT <= {objective.tpot_ms:g} ms) {meet:.2f}"

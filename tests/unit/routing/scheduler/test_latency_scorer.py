@@ -8,6 +8,7 @@ import pytest
 
 from proxy.policy import PolicyError, parse_policy
 from proxy.records import RequestInfo
+from proxy.routing.scheduler.latency_scorer import LatencyScorer
 from proxy.routing.scheduler.scheduler import Scheduler
 from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, mixed_fleet
 
@@ -102,3 +103,24 @@ def test_power_of_two_takes_the_better_of_two_random_backends() -> None:
     assert "plain-3" not in picks
     assert {"plain-0", "plain-1", "plain-2"} == set(picks)
     assert picks.count("plain-0") > picks.count("plain-2")
+
+
+def test_the_batch_form_equals_rating_backend_by_backend() -> None:
+    s = scheduler()
+    for i, b in enumerate(s.fleet.backends.values()):
+        b.local_inflight, b.prefill_pending = 30 * i, 2000 * i
+    request = RequestInfo("m", "code", prompt_bytes=6000, max_tokens=40)
+    ctx = s._context(request)
+    scorer = LatencyScorer()
+    backends = list(s.fleet.backends.values())
+    objective = s.policy.slo.objective("m", "code")
+    tokens = s.latency.output_tokens("code", 40)
+    rated = [
+        scorer.rate(p.ttft_s, p.tpot_s, objective, tokens)
+        for p in (s.latency.predict(b, request) for b in backends)
+    ]
+    assert scorer.score_all(ctx, backends) == pytest.approx(scorer.combine(rated), rel=1e-12)
+    # The likeliest backend's chance counts in full, the others' relative to it.
+    scores = scorer.score_all(ctx, backends)
+    best = max(range(len(rated)), key=lambda i: rated[i][0])
+    assert scores[best] == pytest.approx(0.75 + 0.25 * rated[best][1])
