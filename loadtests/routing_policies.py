@@ -30,6 +30,8 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
 
 Experiments, run only when named with ``--policies`` (not part of the default run):
 
+- ``specroute-latency-solo``: the latency scorer blind to what a request's prefill costs
+  the requests already on a backend (``neighbour_weight: 0``);
 - ``least-loaded-prefill``: least-loaded whose load scorer also counts the prompt tokens
   waiting for prefill (``prefill_tokens_full`` 16384): the class-blind baseline with the
   same load signal as specroute, to tell what the speculation routing itself adds;
@@ -76,6 +78,7 @@ DEFAULT_POLICIES = (
 )
 # Experiments: run only when named.
 EXPERIMENTS = (
+    "specroute-latency-solo",
     "specroute-balanced",
     "least-loaded-prefill",
     "specroute-prefill",
@@ -179,11 +182,12 @@ def build_policy(
         policy |= {"backends": everything, "routing": _least_loaded(picker="power_of_two")}
     elif name == "least-prompt-tokens":
         policy |= {"backends": everything, "routing": _least_loaded(1024)}
-    elif name == "specroute-latency":
+    elif name in ("specroute-latency", "specroute-latency-solo"):
+        params = {"neighbour_weight": 0.0} if name.endswith("solo") else {}
         policy |= {
             "backends": everything,
             **_specroute("learned", break_even),
-            "routing": {"scorers": [{"type": "latency", "weight": 1.0}]},
+            "routing": {"scorers": [{"type": "latency", "weight": 1.0, "params": params}]},
         }
     elif name == "all-speculative":
         policy |= {"backends": spec_only, "routing": _least_loaded()}

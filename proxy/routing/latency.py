@@ -27,6 +27,10 @@ does not know (another GPU, a longer context, CPU overhead). Prompt tokens are e
 from the request size with a bytes-per-token ratio learned per class from the usage the
 backends report, and the expected output length per class from past completions
 (as a share of ``max_tokens`` when the request sets one).
+
+What a request costs the others is predicted too: its prefill of c * P seconds rides on
+the decode steps of the B requests already on the backend, delaying each of them by that
+much (``imposed_s`` = B * c * P), which is how one long prompt breaks its neighbours' TPOT.
 """
 
 from __future__ import annotations
@@ -137,6 +141,8 @@ class Prediction:
     prefill_share: float
     ttft_ratio: float
     tpot_ratio: float
+    # Decode delay its prefill adds to the requests already there, summed over them.
+    imposed_s: float
 
     def describe(self) -> str:
         spec = (
@@ -149,7 +155,8 @@ class Prediction:
             f"{self.prompt_tokens} own, x{self.ttft_ratio:.2f} measured), "
             f"TPOT ~{self.tpot_s * 1000:.1f} ms (step {self.step_s * 1000:.1f} ms at "
             f"batch {self.batch}, prefill share {self.prefill_share:.0%}{spec}, "
-            f"x{self.tpot_ratio:.2f} measured)"
+            f"x{self.tpot_ratio:.2f} measured); its prefill delays the {self.batch - 1} "
+            f"already there by {self.imposed_s * 1000:.0f} ms in all"
         )
 
 
@@ -209,6 +216,11 @@ class LatencyModel:
         mean = self._output_mean.get(label, self.settings.output_tokens)
         return min(mean, float(max_tokens)) if max_tokens is not None else mean
 
+    def typical_output_tokens(self) -> float:
+        """Expected output tokens of a request of any class (the neighbours' length)."""
+        means = self._output_mean
+        return sum(means.values()) / len(means) if means else self.settings.output_tokens
+
     def draft_acceptance(self, backend: BackendState, label: str) -> float | None:
         """Measured accepted/drafted rate for this class, else the method's prior."""
         if not backend.speculative:
@@ -224,15 +236,15 @@ class LatencyModel:
     # -- predictions ---------------------------------------------------------------------
     def latencies(
         self, backends: Sequence[BackendState], request: RequestInfo
-    ) -> list[tuple[float, float]]:
-        """Every backend's predicted (TTFT, TPOT) in seconds for one request: the
-        scheduler's batch form (hot path: no records built)."""
+    ) -> list[tuple[float, float, float]]:
+        """Every backend's predicted (TTFT, TPOT, imposed delay) in seconds for one
+        request: the scheduler's batch form (hot path: no records built)."""
         label = request.label
         prompt = self.prompt_tokens(label, request.prompt_bytes)
         now = self.clock()
         usable = self.acceptance.usable.get(label) or {}
         online = self._online
-        out: list[tuple[float, float]] = []
+        out: list[tuple[float, float, float]] = []
         append = out.append
         for b in backends:
             state = online.get(b.name) or self._adopt(b)
@@ -242,7 +254,8 @@ class LatencyModel:
                 if acceptance is None:
                     acceptance = self.draft_acceptance(b, label)
             ttft, tpot, *_ = self._model(state, b, prompt, acceptance, now)
-            append((ttft * state.ttft_ratio, tpot * state.tpot_ratio))
+            imposed = (b.local_inflight + b.others_inflight) * state.costs.prefill_s_per_token
+            append((ttft * state.ttft_ratio, tpot * state.tpot_ratio, imposed * prompt))
         return out
 
     def predict(self, backend: BackendState, request: RequestInfo) -> Prediction:
@@ -255,6 +268,7 @@ class LatencyModel:
             state, backend, prompt, acceptance, self.clock()
         )
         return Prediction(
+            imposed_s=backend.inflight * state.costs.prefill_s_per_token * prompt,
             ttft_s=ttft * state.ttft_ratio,
             tpot_s=tpot * state.tpot_ratio,
             model_ttft_s=ttft,

@@ -16,7 +16,11 @@ end-to-end latency for the expected output length (class prior and ``max_tokens`
 for n tokens. That share ranks the backends when all of them (light load) or none of them
 (overload) are likely to meet the objective; the batch a request joins, the prompts queued
 ahead of it and the prefills beside it are all in the predictions, so load balance needs
-no separate vote. Break-even and acceptance are inputs of the model too: speculation
+no separate vote. What the request costs the others counts too: the score is divided by
+``1 + neighbour_weight * harm``, the harm being the decode delay its prefill imposes on
+the requests already on the backend (summed) over a typical request's TPOT budget
+(``tpot_goal`` times typical output tokens): long prompts go where few decodes would
+feel them. Break-even and acceptance are inputs of the model too: speculation
 wins exactly where the measured acceptance makes its step cheaper per token at the batch
 it would join.
 """
@@ -31,13 +35,18 @@ from proxy.routing.scheduler.base import SchedulingContext
 class LatencyScorer:
     name = "latency"
 
-    def __init__(self, spread: float = 4.0, latency_weight: float = 0.25) -> None:
+    def __init__(
+        self, spread: float = 4.0, latency_weight: float = 0.25, neighbour_weight: float = 1.0
+    ) -> None:
         if spread <= 0:
             raise ValueError("latency: spread must be > 0")
         if not 0.0 <= latency_weight <= 1.0:
             raise ValueError("latency: latency_weight must lie in [0, 1]")
+        if neighbour_weight < 0:
+            raise ValueError("latency: neighbour_weight must be >= 0")
         self.spread = spread
         self.latency_weight = latency_weight
+        self.neighbour_weight = neighbour_weight
 
     def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
         return self.score_all(ctx, [backend])[0]
@@ -51,22 +60,23 @@ class LatencyScorer:
         spread = self.spread
         later = tokens - 1.0 if tokens > 1.0 else 0.0
         budget = ttft_goal + tpot_goal * later
-        rated: list[tuple[float, float]] = []
-        for ttft, tpot in ctx.latency.latencies(backends, request):
+        harm = self.neighbour_weight / (tpot_goal * ctx.latency.typical_output_tokens())
+        rated: list[tuple[float, float, float]] = []
+        for ttft, tpot, imposed in ctx.latency.latencies(backends, request):
             meet = 1.0 / (1.0 + (ttft / ttft_goal) ** spread)
             if later:
                 meet /= 1.0 + (tpot / tpot_goal) ** spread
-            rated.append((meet, budget / (budget + ttft + tpot * later)))
+            rated.append((meet, budget / (budget + ttft + tpot * later), harm * imposed))
         return self.combine(rated)
 
-    def combine(self, rated: list[tuple[float, float]]) -> list[float]:
-        """Scores from (P(meet), speed) pairs: the chance relative to the best backend's
-        (under overload every chance is small, and the best is still worth taking), plus
-        the speed share."""
-        best = max((meet for meet, _ in rated), default=0.0)
+    def combine(self, rated: list[tuple[float, float, float]]) -> list[float]:
+        """Scores from (P(meet), speed, harm): the chance relative to the best backend's
+        (under overload every chance is small, and the best is still worth taking) plus
+        the speed share, divided by 1 + the harm done to the neighbours."""
+        best = max((meet for meet, _, _ in rated), default=0.0)
         w = self.latency_weight
         scale = (1.0 - w) / best if best > 0.0 else 0.0
-        return [scale * meet + w * speed for meet, speed in rated]
+        return [(scale * meet + w * speed) / (1.0 + harm) for meet, speed, harm in rated]
 
     def rate(
         self, ttft: float, tpot: float, objective: Objective, tokens: float

@@ -115,12 +115,14 @@ def test_the_batch_form_equals_rating_backend_by_backend() -> None:
     backends = list(s.fleet.backends.values())
     objective = s.policy.slo.objective("m", "code")
     tokens = s.latency.output_tokens("code", 40)
+    predictions = [s.latency.predict(b, request) for b in backends]
+    harm = 1.0 / (objective.tpot_ms / 1000 * s.latency.typical_output_tokens())
     rated = [
-        scorer.rate(p.ttft_s, p.tpot_s, objective, tokens)
-        for p in (s.latency.predict(b, request) for b in backends)
+        (*scorer.rate(p.ttft_s, p.tpot_s, objective, tokens), harm * p.imposed_s)
+        for p in predictions
     ]
     assert scorer.score_all(ctx, backends) == pytest.approx(scorer.combine(rated), rel=1e-12)
     # The likeliest backend's chance counts in full, the others' relative to it.
     scores = scorer.score_all(ctx, backends)
     best = max(range(len(rated)), key=lambda i: rated[i][0])
-    assert scores[best] == pytest.approx(0.75 + 0.25 * rated[best][1])
+    assert scores[best] == pytest.approx((0.75 + 0.25 * rated[best][1]) / (1 + rated[best][2]))
