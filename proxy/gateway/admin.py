@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 
 from proxy.errors import GatewayError
 from proxy.gateway.handler import Gateway
-from proxy.gateway.request import parse_request
+from proxy.gateway.request import parse_request, requested_max_tokens
 from proxy.gateway.responses import OrjsonResponse
 from proxy.policy import PolicyError
 from proxy.policy.manager import PolicyManager
@@ -150,9 +150,24 @@ def admin_router() -> APIRouter:
         parsed = parse_request(kind, raw)
         label = gw.classify(parsed, request.headers.get("x-specroute-class"))
         info = RequestInfo(
-            parsed.model, label.label, parsed.greedy, request.headers.get("x-specroute-session")
+            parsed.model,
+            label.label,
+            parsed.greedy,
+            request.headers.get("x-specroute-session"),
+            prompt_bytes=len(raw),
+            max_tokens=requested_max_tokens(parsed.body),
         )
         decision = gw.scheduler.schedule(info, explain=True)
+        explained = gw.scheduler.explain(decision)
+        # The latency model's view of every candidate, whichever scorers the policy uses.
+        for row in explained["candidates"]:
+            backend = gw.fleet.backends[row["backend"]]
+            p = gw.latency.predict(backend, info)
+            row["predicted"] = {
+                "ttft_ms": round(p.ttft_s * 1000, 3),
+                "tpot_ms": round(p.tpot_s * 1000, 3),
+                "why": p.describe(),
+            }
         result: dict[str, Any] = {
             "kind": kind,
             "model": parsed.model,
@@ -162,7 +177,8 @@ def admin_router() -> APIRouter:
                 "features": label.features,
                 "overridden": label.overridden,
             },
-            **gw.scheduler.explain(decision),
+            "expected_output_tokens": gw.latency.output_tokens(label.label, info.max_tokens),
+            **explained,
         }
         return OrjsonResponse(result)
 
