@@ -68,8 +68,15 @@ _MAX_PREFILL_SHARE = 0.9
 
 
 def load_engine_profile(name: str) -> EngineProfile:
-    """``default`` (bundled) or a profile file laid over it."""
-    return default_profile() if name == "default" else load_profile(name)
+    """``default`` (bundled) or a profile file laid over it; ValueError if unusable."""
+    if name == "default":
+        return default_profile()
+    try:
+        return load_profile(name)
+    except OSError as exc:
+        raise ValueError(f"latency profile {name!r}: cannot read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ValueError(f"latency profile {name!r}: {exc}") from exc
 
 
 class EngineCosts:

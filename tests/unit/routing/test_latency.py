@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from proxy.records import Outcome, RequestInfo
@@ -139,12 +141,19 @@ def test_expected_output_follows_the_class_share_of_max_tokens() -> None:
     assert model.output_tokens("code", None) == pytest.approx(50.0, rel=0.05)
 
 
-def test_a_policy_names_a_profile_per_pool(tmp_path: object) -> None:
-    from pathlib import Path
-
-    path = Path(str(tmp_path)) / "slow.json"
+def test_a_policy_names_a_profile_per_pool(tmp_path: Path) -> None:
+    path = tmp_path / "slow.json"
     path.write_text('{"prefill_ms_per_token": 0.27}')
     model, fleet, _ = setup(latency={"pools": {"plain": str(path)}})
     slow = model.predict(fleet.backends["plain-0"], request(tokens=1000))
     fast = model.predict(fleet.backends["ngram-0"], request(tokens=1000))
     assert slow.ttft_s - fast.ttft_s == pytest.approx(0.243, rel=0.05)
+
+
+def test_an_unusable_profile_is_a_value_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"batch_sizes": [1]}')
+    for name, reason in ((str(bad), "two batch sizes"), ("/nonexistent.json", "cannot read")):
+        with pytest.raises(ValueError, match=reason) as err:
+            setup(latency={"profile": name})
+        assert name in str(err.value)
