@@ -309,13 +309,17 @@ class LatencyModel:
         chunk = costs.chunk_tokens
         budget = max(chunk - batch * (k + 1), chunk >> 3)
         per_token = costs.prefill_s_per_token
-        ttft = (work / budget + 0.5) * state.step_s(batch) + per_token * work
+        steps = state.steps  # memoised step costs (never 0), looked up inline: hot path
+        ttft = (work / budget + 0.5) * (steps.get(batch) or state.step_s(batch))
+        ttft += per_token * work
         # Decayed prompt tokens over the time constant: the recent prompt-token rate.
-        decay = self._decay
-        rate = state.prefill_sum * math.exp((state.prefill_at - now) * decay) * decay
-        share = min(per_token * rate, _MAX_PREFILL_SHARE)
+        share = 0.0
+        if state.prefill_sum:
+            decay = self._decay
+            rate = state.prefill_sum * math.exp((state.prefill_at - now) * decay) * decay
+            share = min(per_token * rate, _MAX_PREFILL_SHARE)
         per_step = 1.0 + acceptance * k if acceptance is not None else 1.0
-        step = state.step_s(batch + 1)
+        step = steps.get(batch + 1) or state.step_s(batch + 1)
         return ttft, step / (1.0 - share) / per_step, step, per_step, share
 
     def _adopt(self, backend: BackendState) -> _Online:
