@@ -20,9 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from loadtests.break_even_report import render
 from loadtests.endpoints import fetch_metrics
 from loadtests.loadgen import LoadGenerator, run_async
+from loadtests.own_profile import profile_from_break_even
 from loadtests.prices import resolve_price
 from loadtests.prompts import PromptFactory, parse_mix
 from loadtests.report import machine, publish
@@ -141,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument(
         "--sim-method", default="eagle3", choices=["ngram", "eagle3", "draft_model"]
     )
-    target.add_argument("--sim-k", type=int, default=3)
+    target.add_argument("--sim-k", type=int, default=3, help="also the k of --emit-profile")
     target.add_argument("--sim-acceptance", type=float, help="force per-token acceptance")
     parser.add_argument(
         "--levels", type=int, nargs="+", help=f"concurrency levels (default {LEVELS})"
@@ -169,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", default="h100", help="price preset: a100, h100, h200, l40s")
     parser.add_argument("--gpu-price-per-hour", type=float)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--emit-profile",
+        type=Path,
+        help="also write a simulator profile calibrated on this run (loadtests/own_profile.py)",
+    )
     return parser
 
 
@@ -180,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.time_scale is None:
         args.time_scale = 3.0 if args.sim else 1.0
     results = run_async(run(args))
+    if args.emit_profile is not None:
+        method = args.sim_method if args.sim else "eagle3"
+        data = profile_from_break_even(results, method, args.sim_k, args.emit_profile.stem)
+        args.emit_profile.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
     return publish("break-even", args.out, results, lambda folder: render(results, folder))
 
 

@@ -18,6 +18,7 @@ BENCHMARKS = {
         "loadtests.routing_quality",
         "goodput of routing policies, simulated fleet",
     ),
+    "replay": ("loadtests.replay", "a recorded trace at its own arrival times, per policy"),
     "acceptance-collapse": (
         "loadtests.acceptance_collapse",
         "a draft head collapses: how fast traffic leaves",

@@ -1,10 +1,14 @@
 """Routing decision time with a large fleet: classify + schedule, per request.
 
     python -m loadtests.decision_time [--backends 64] [--requests 20000] [--quick] [--json PATH]
+        [--routing default|latency]
 
 Target (routing issue): p99 under 100 microseconds per request with 64 backends. Measured
 in-process with time.perf_counter_ns around exactly what the request path runs: the
-classifier on the parsed body, then the scheduler's filters, scorers and picker.
+classifier on the parsed body, then the scheduler's filters, break-even step, scorers and
+picker, and the route reason. The scheduler has one path (the fused pass that once ran
+beside the plugin pipeline was dropped when the pipeline matched it; loadtests/README.md),
+so a change is measured against the code before it by alternating runs of both trees.
 """
 
 from __future__ import annotations
@@ -59,8 +63,11 @@ BODIES = [
 ]
 
 
-# The latency scorer's profile (it has no fused pass: its predictions are the work).
-LATENCY_ROUTING: dict[str, Any] = {"scorers": [{"type": "latency"}]}
+# ``--routing``: the shipped default profile, or the latency scorer alone.
+ROUTINGS: dict[str, dict[str, Any] | None] = {
+    "default": None,
+    "latency": {"scorers": [{"type": "latency"}]},
+}
 
 
 def fleet_policy(n: int, routing: dict[str, Any] | None = None) -> Policy:
@@ -91,13 +98,11 @@ def fleet_policy(n: int, routing: dict[str, Any] | None = None) -> Policy:
     return Policy.model_validate(document)
 
 
-def _scheduler(policy: Policy, seed: int, fused: bool) -> Scheduler:
+def _scheduler(policy: Policy, seed: int) -> Scheduler:
     rng = random.Random(seed)
     fleet = Fleet(policy)
     acceptance = AcceptanceTracker(policy.acceptance)
     scheduler = Scheduler(policy, fleet, acceptance, BreakEvenModel(policy))
-    if not fused:
-        scheduler._profile.fused = None  # the plugin pipeline, for comparison
     for b in fleet.backends.values():
         b.healthy = True
         if b.speculative:
@@ -121,70 +126,43 @@ def _row(values: list[int]) -> dict[str, float]:
     }
 
 
-def measure(backends: int, requests: int, seed: int = 1, block: int = 500) -> dict[str, Any]:
-    """Classify each request, then decide it as the request path does: with the fused
-    passes (``decision``), or with the plain plugin pipeline they replace (``pipeline``),
-    or with the latency scorer's profile (``latency``).
-    The two alternate in blocks of ``block`` requests over the same request and load
-    sequence, so both see the same inputs and the same machine noise, while neither runs
-    with the other's 64-backend working set evicting its caches between two decisions
-    (the request path never runs both)."""
+def measure(
+    backends: int, requests: int, seed: int = 1, routing: str = "default"
+) -> dict[str, Any]:
+    """Classify each request, then decide it as the request path does (the route reason
+    included); the load under the scheduler moves every 50 requests, as in production."""
     rng = random.Random(seed)
-    policy = fleet_policy(backends)
-    schedulers = {
-        "decision": _scheduler(policy, seed, fused=True),
-        "pipeline": _scheduler(policy, seed, fused=False),
-        "latency": _scheduler(fleet_policy(backends, LATENCY_ROUTING), seed, fused=False),
-    }
+    policy = fleet_policy(backends, ROUTINGS[routing])
+    scheduler = _scheduler(policy, seed)
     classifier = Classifier(policy.classifier)
     raws = [orjson.dumps(b) for b in BODIES]
-    # The load moves under the scheduler, as in production: a new in-flight count per
-    # backend every 50 requests, the same sequence for both.
     loads = [[rng.randint(0, 120) for _ in range(backends)] for _ in range(requests // 50 + 1)]
-    classify_ns: list[int] = []
-    timings: dict[str, list[int]] = {
-        "decision": [],
-        "decision_cpu": [],
-        "pipeline": [],
-        "latency": [],
-    }
+    states = list(scheduler.fleet.backends.values())
+    timings: dict[str, list[int]] = {"classify": [], "decision": [], "decision_cpu": []}
     # As the gateway does at start-up: long-lived objects out of the collector's way.
     gc.collect()
     gc.freeze()
     wall = time.perf_counter_ns
     cpu = time.thread_time_ns
-
-    def run_block(name: str, start: int, stop: int) -> None:
-        scheduler = schedulers[name]
-        states = list(scheduler.fleet.backends.values())
-        walls = timings[name]
-        for i in range(start, stop):
-            if i % 50 == 0:
-                for b, inflight in zip(states, loads[i // 50], strict=True):
-                    b.others_inflight = inflight
-            body = orjson.loads(raws[i % len(raws)])
-            t0 = wall()
-            label = classifier.classify(body).label
-            t1, c1 = wall(), cpu()
-            request = RequestInfo("m", label, request_id=str(i), prompt_bytes=len(raws[i % 3]))
-            decision = scheduler.schedule(request)
-            scheduler.reason(decision)  # the route header is part of the decision's cost
-            t2, c2 = wall(), cpu()
-            walls.append(t2 - t1)
-            if name == "decision":
-                classify_ns.append(t1 - t0)
-                timings["decision_cpu"].append(c2 - c1)
-
-    for n, start in enumerate(range(0, requests, block)):
-        stop = min(start + block, requests)
-        order = ("decision", "pipeline", "latency")
-        order = order if n % 2 else order[::-1]
-        for name in order:
-            run_block(name, start, stop)
+    for i in range(requests):
+        if i % 50 == 0:
+            for b, inflight in zip(states, loads[i // 50], strict=True):
+                b.others_inflight = inflight
+        body = orjson.loads(raws[i % len(raws)])
+        t0 = wall()
+        label = classifier.classify(body).label
+        t1, c1 = wall(), cpu()
+        raw = raws[i % len(raws)]
+        request = RequestInfo("m", label, request_id=str(i), prompt_bytes=len(raw))
+        decision = scheduler.schedule(request)
+        scheduler.reason(decision)  # the route header is part of the decision's cost
+        t2, c2 = wall(), cpu()
+        timings["classify"].append(t1 - t0)
+        timings["decision"].append(t2 - t1)
+        timings["decision_cpu"].append(c2 - c1)
     gc.unfreeze()
-    total = [a + b for a, b in zip(classify_ns, timings["decision"], strict=True)]
-    result: dict[str, Any] = {"backends": backends, "requests": requests, "block": block}
-    result["classify_us"] = _row(classify_ns)
+    total = [a + b for a, b in zip(timings["classify"], timings["decision"], strict=True)]
+    result: dict[str, Any] = {"backends": backends, "requests": requests, "routing": routing}
     result |= {f"{name}_us": _row(values) for name, values in timings.items()}
     result["total_us"] = _row(total)
     return result
@@ -198,16 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--quick", action="store_true", help="2,000 requests")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--routing", choices=sorted(ROUTINGS), default="default", help="the profile decided with"
+    )
     args = parser.parse_args(argv)
     requests = 2_000 if args.quick else args.requests
-    result = measure(args.backends, requests)
-    print(f"decision time, {result['backends']} backends, {requests} requests")
+    result = measure(args.backends, requests, routing=args.routing)
+    print(
+        f"decision time, {result['backends']} backends, {requests} requests, {args.routing} routing"
+    )
     names = {
         "classify_us": "classify",
         "decision_us": "decision",
         "decision_cpu_us": "  its CPU",
-        "pipeline_us": "pipeline",
-        "latency_us": "latency",
         "total_us": "total",
     }
     for part, name in names.items():
@@ -216,13 +197,6 @@ def main(argv: list[str] | None = None) -> int:
             f"  {name:<9} p50 {row['p50']:7.1f} us   p90 {row['p90']:7.1f} us"
             f"   p99 {row['p99']:7.1f} us"
         )
-    print(
-        "  decision = the request path (fused passes); pipeline = the same plugins one by "
-        "one: p50 {:.2f}x, p99 {:.2f}x of the pipeline's".format(
-            result["decision_us"]["p50"] / result["pipeline_us"]["p50"],
-            result["decision_us"]["p99"] / result["pipeline_us"]["p99"],
-        )
-    )
     target = 100.0
     # The target is the routing decision (filters, scorers, picker, route header); the
     # classifier runs before it and is shown apart (and in the total). Wall time includes

@@ -30,6 +30,9 @@ from loadtests.traces import Phase, arrivals, format_trace, phase_starts
 Action = tuple[float, str, Callable[[], Awaitable[Any]]]
 """(model seconds from the trace start, label, coroutine function) run during a trace."""
 
+Arrival = tuple[float, int, Prompt]
+"""(model seconds from the trace start, phase index, request) of a replayed open loop."""
+
 T = TypeVar("T")
 
 _CLIENT_STRIDE = 10**6
@@ -98,9 +101,20 @@ class LoadGenerator:
         return orjson.dumps(body)
 
     async def run(
-        self, phases: Sequence[Phase], factory: PromptFactory, actions: Sequence[Action] = ()
+        self,
+        phases: Sequence[Phase],
+        factory: PromptFactory,
+        actions: Sequence[Action] = (),
+        schedule: Sequence[Arrival] | None = None,
     ) -> RunResult:
+        """Run the trace. ``schedule`` (a replay) replaces the open-loop phases' Poisson
+        arrivals with these requests at these times."""
         scale = self.time_scale
+        if schedule is None:  # built before the clock starts: prompts take time to make
+            schedule = [
+                (at, phase, factory.make(_OPEN_BASE + n))
+                for n, (at, phase) in enumerate(arrivals(phases, factory.seed))
+            ]
         starts = [s * scale for s in phase_starts(phases)]
         windows = [(s, s + p.duration_s * scale) for s, p in zip(starts, phases, strict=True)]
         total = windows[-1][1]
@@ -129,9 +143,7 @@ class LoadGenerator:
                     state.inflight -= 1
 
             tasks = [asyncio.create_task(self._closed_loop(phases, windows, factory, one, state))]
-            tasks.append(
-                asyncio.create_task(self._open_loop(phases, factory, one, state, result, zero))
-            )
+            tasks.append(asyncio.create_task(self._open_loop(schedule, one, state, result, zero)))
             tasks += [
                 asyncio.create_task(self._action(at * scale, label, fn, zero, result))
                 for at, label, fn in actions
@@ -197,22 +209,21 @@ class LoadGenerator:
 
     async def _open_loop(
         self,
-        phases: Sequence[Phase],
-        factory: PromptFactory,
+        schedule: Sequence[Arrival],
         one: Callable[[Prompt, int], Coroutine[Any, Any, None]],
         state: _State,
         result: RunResult,
         zero: float,
     ) -> None:
         running: set[asyncio.Task[None]] = set()
-        for n, (at, phase) in enumerate(arrivals(phases, factory.seed)):
+        for at, phase, prompt in schedule:
             await asyncio.sleep(max(0.0, at * self.time_scale - (time.perf_counter() - zero)))
             if state.stopped:
                 break
             if state.inflight >= self.max_inflight:
                 result.dropped += 1  # the client's own limit: counted, never silently lost
                 continue
-            task = asyncio.create_task(one(factory.make(_OPEN_BASE + n), phase))
+            task = asyncio.create_task(one(prompt, phase))
             running.add(task)
             task.add_done_callback(running.discard)
         await asyncio.gather(*running, return_exceptions=True)

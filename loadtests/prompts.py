@@ -11,12 +11,15 @@ own prompt check recognise the intended class.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.sim.prompt_class import CLASS_FIELD
+from proxy.sim.request_parsing import render_chat
+from proxy.sim.tokens import Vocabulary
 
 PromptClass = Literal["chat", "rag", "code"]
 CLASSES: tuple[PromptClass, ...] = ("chat", "rag", "code")
@@ -207,3 +210,103 @@ def parse_mix(text: str) -> dict[str, float]:
         name, _, weight = part.partition("=")
         mix[name.strip()] = float(weight)
     return mix
+
+
+# -- prompts of a recorded size (replays) ------------------------------------------------
+
+
+@functools.cache
+def _vocabulary() -> Vocabulary:
+    return Vocabulary()
+
+
+def count_tokens(messages: list[dict[str, str]]) -> int:
+    """Prompt tokens as the simulator counts them (templated chat, one token per word,
+    punctuation run or whitespace run); a real tokenizer gives a similar count for English."""
+    templated, _plain = render_chat(messages)
+    return len(_vocabulary().encode_prompt(templated))
+
+
+def _cut(text: str, role: str, tokens: int) -> str:
+    """``text`` cut at a word boundary to at most ``tokens`` tokens (binary search)."""
+    words = text.split(" ")
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens([{"role": role, "content": " ".join(words[:mid])}]) - 5 <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
+
+
+def _fill(
+    head: list[dict[str, str]],
+    tail: list[dict[str, str]],
+    filler: Callable[[random.Random], str],
+    rng: random.Random,
+    target: int,
+    role: str,
+    joiner: str,
+) -> list[dict[str, str]]:
+    """``head + [filler message] + tail`` with the filler grown (pieces from ``filler``)
+    until the whole prompt reaches ``target`` tokens, then cut back to it."""
+    base = count_tokens([*head, *tail])
+    need = target - base
+    if need <= 4:
+        return [*head, *tail]
+    pieces: list[str] = []
+    have = 0
+    while have < need:
+        piece = filler(rng)
+        pieces.append(piece)
+        have = count_tokens([{"role": role, "content": joiner.join(pieces)}]) - 5
+    body = joiner.join(pieces)
+    over = have - need
+    if over > 0:
+        keep = count_tokens([{"role": role, "content": pieces[-1]}]) - 5 - over
+        pieces[-1] = _cut(pieces[-1], role, max(keep, 2))
+        body = joiner.join(pieces)
+    return [*head, {"role": role, "content": body}, *tail]
+
+
+def _passage(rng: random.Random) -> str:
+    title = f"{rng.choice(_WORDS).title()} {rng.choice(_WORDS)} report"
+    return f"[{rng.randint(1, 20)}] {title}\n{_paragraph(rng, rng.randint(3, 8))}"
+
+
+def shaped_prompt(
+    index: int, label: str, prompt_tokens: int, max_tokens: int, seed: int = 0
+) -> Prompt:
+    """A request of class ``label`` whose prompt is about ``prompt_tokens`` tokens long
+    (within a few tokens, never below the class's smallest recognisable prompt), shaped as
+    the factory's prompts of that class so both classifiers see the class: chat grows
+    earlier conversation turns, RAG more retrieved passages, code a longer module."""
+    rng = random.Random(f"shaped:{seed}:{index}")
+    klass: PromptClass = label if label in CLASSES else "chat"  # type: ignore[assignment]
+    if klass == "rag":
+        system = {"role": "system", "content": "Answer using only the provided context."}
+        topic = rng.choice(_TOPICS)
+        question = f"According to the documents, what changed in {topic} and why?"
+        passages = _fill([system], [], _passage, rng, prompt_tokens - 16, "user", "\n\n")
+        user = passages[-1] if len(passages) > 1 else {"role": "user", "content": _passage(rng)}
+        content = "Context:\n" + user["content"] + f"\n\n{question}"
+        messages = [system, {"role": "user", "content": content}]
+    elif klass == "code":
+        system = {"role": "system", "content": "You are a senior Python engineer."}
+        task = "Refactor these functions and add type hints."
+        module = _fill([system], [], _function, rng, prompt_tokens - 14, "user", "\n\n\n")
+        code = module[-1]["content"] if len(module) > 1 else _function(rng)
+        # Whole lines only: a cut mid-line is still code, but keep the fence intact.
+        content = f"{task}\n\n```python\n{code}\n```"
+        messages = [system, {"role": "user", "content": content}]
+    else:
+        system = {"role": "system", "content": "You are a friendly and concise assistant."}
+        ask = {
+            "role": "user",
+            "content": f"{rng.choice(_QUESTIONS)} the {rng.choice(_WORDS)} {rng.choice(_WORDS)}?",
+        }
+        messages = _fill(
+            [system], [ask], lambda r: _paragraph(r, 3), rng, prompt_tokens, "assistant", " "
+        )
+    return Prompt(index, klass, messages, max(1, max_tokens))

@@ -36,6 +36,7 @@ def plot_all(results: dict[str, Any], comparison: dict[str, Any], folder: Path) 
     ax.set_title("Goodput by policy and phase")
     ax.legend(fontsize=8)
     files = [save(fig, folder / "goodput_by_policy.png")]
+    files.append(goodput_over_time(results, folder))
     for key, label, title, name in (
         ("tpot_ms", "median TPOT, ms", "TPOT over time", "tpot_over_time.png"),
         (
@@ -70,3 +71,28 @@ def plot_all(results: dict[str, Any], comparison: dict[str, Any], folder: Path) 
         ax.legend(fontsize=8)
         files.append(save(fig, folder / name))
     return files
+
+
+def goodput_over_time(results: dict[str, Any], folder: Path) -> str:
+    """Goodput of each policy over the trace, with the offered load behind it."""
+    policies = results["policies"]
+    fig, axes = figure(size=(8, 3.6))
+    ax = axes[0][0]
+    first = next(iter(policies.values()))["timeline"]
+    if first.get("offered_rps"):
+        ax.fill_between(
+            first["t_s"], first["offered_rps"], color="0.85", label="offered load", step="mid"
+        )
+    top = 0.0
+    for policy, res in policies.items():
+        tl = res["timeline"]
+        ax.plot(tl["t_s"], tl["goodput_rps"], label=policy, linewidth=1.2)
+        top = max([top, *(v for v in tl["goodput_rps"] if v is not None)])
+    # Closed-loop phases start many clients at once: their "offered" spike would flatten
+    # the goodput curves, so the axis follows goodput.
+    ax.set_ylim(0, top * 1.3 or 1.0)
+    ax.set_xlabel("time, s (model time)")
+    ax.set_ylabel(f"goodput, req/s ({results['plan']['slo_text']})", fontsize=8)
+    ax.set_title("Goodput over the trace")
+    ax.legend(fontsize=7, ncol=2)
+    return save(fig, folder / "goodput_over_time.png")

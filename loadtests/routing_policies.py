@@ -52,9 +52,10 @@ shipped in ``policies/default.yaml`` (n-gram 48, EAGLE-3 64 requests per backend
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from loadtests.simfleet import SimFleet, SimSpec
+from loadtests.simfleet import SimSpec
 
 FLEET: tuple[SimSpec, ...] = (
     SimSpec("plain-0", "plain", seed=11),
@@ -62,7 +63,13 @@ FLEET: tuple[SimSpec, ...] = (
     SimSpec("ngram-0", "ngram", "ngram", 4, seed=13),
     SimSpec("eagle-0", "eagle3", "eagle3", 3, seed=14, draft_version="eagle3-v1"),
 )
-SPECULATIVE = frozenset(s.name for s in FLEET if s.method != "none")
+
+
+def speculative_names(specs: Sequence[SimSpec]) -> frozenset[str]:
+    return frozenset(s.name for s in specs if s.method != "none")
+
+
+SPECULATIVE = speculative_names(FLEET)
 BREAK_EVEN = {"ngram": 48.0, "eagle3": 64.0}
 # What a full run compares (in this order).
 DEFAULT_POLICIES = (
@@ -144,29 +151,35 @@ _EXPERIMENT_SCORERS: dict[str, tuple[float, float, float, int]] = {
 }
 
 
+class PolicyFleet(Protocol):
+    """What a policy is built over: simulators, real endpoints, or the planner's fleets."""
+
+    @property
+    def specs(self) -> Sequence[SimSpec]: ...
+
+    def backends(self) -> list[dict[str, Any]]: ...
+
+
 def build_policy(
     name: str,
-    fleet: SimFleet,
+    fleet: PolicyFleet,
     break_even: dict[str, float] | None = None,
-    slo_ms: tuple[float, float] = (500.0, 25.0),
+    facts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The policy document for ``name`` over ``fleet``'s simulators.
 
-    Every policy also names the simulators' (time-scaled) step-cost profile and the
-    benchmark's objective (``slo_ms``, TTFT and TPOT in model time) scaled to the wall
-    clock, as a deployment would name its engines' profile and its objectives: they are
-    the fleet's facts, not routing choices; only the latency scorer reads them.
+    ``facts`` are sections every policy carries whatever its routing, as a deployment
+    states its engines' profile (``latency``) and its objectives (``slo``): facts about
+    the fleet, not routing choices; only the latency scorer reads them.
     """
-    break_even = break_even or BREAK_EVEN
     everything = fleet.backends()
-    spec_only = [b for b in everything if b["name"] in SPECULATIVE]
-    plain_only = [b for b in everything if b["name"] not in SPECULATIVE]
-    scale = fleet.time_scale
-    policy: dict[str, Any] = {
-        "version": name,
-        "latency": {"profile": str(fleet.profile_path)},
-        "slo": {"default": {"ttft_ms": slo_ms[0] * scale, "tpot_ms": slo_ms[1] * scale}},
-    }
+    # Only pools the fleet has (a policy may not configure a pool without backends).
+    present = {b["pool"] for b in everything}
+    break_even = {p: v for p, v in (break_even or BREAK_EVEN).items() if p in present}
+    speculative = speculative_names(fleet.specs)
+    spec_only = [b for b in everything if b["name"] in speculative]
+    plain_only = [b for b in everything if b["name"] not in speculative]
+    policy: dict[str, Any] = {"version": name, **(facts or {})}
     if name == "round-robin":
         policy |= {
             "backends": everything,

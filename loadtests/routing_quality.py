@@ -9,14 +9,16 @@ TPOT objective; the per-phase best-static envelope is, phase by phase, the best 
 the policies that do not learn (as if an operator had switched to the right fixed policy
 at every phase change, with hindsight).
 
-    specroute bench routing-quality                 # full run (about 9 minutes)
+    specroute bench routing-quality                 # full run (about 15 minutes)
     specroute bench routing-quality --quick         # reduced: 3 policies, short trace
     specroute bench routing-quality --workload production   # issue 15's traffic shape
 
 Workloads: ``synthetic`` (the closed-loop trace below over loadtests/prompts.py's mix)
-and ``production`` (open-loop Poisson arrivals at light, medium and heavy rates of
+and ``production`` (open-loop Poisson arrivals at light, stressed and saturated rates of
 requests shaped like a production trace: long prompts, short outputs; see
-loadtests/production_prompts.py).
+loadtests/production_prompts.py). Every policy states the simulators' (time-scaled) step
+costs and the objective in its ``latency`` and ``slo`` sections (facts of the fleet that
+only the latency scorer reads).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from typing import Any
 import orjson
 
 from loadtests.endpoints import admin_json, fetch_metrics, fetch_samples
-from loadtests.loadgen import LoadGenerator, RunResult, run_async
+from loadtests.loadgen import Arrival, LoadGenerator, RunResult, run_async
 from loadtests.prices import GpuPrice, resolve_price
 from loadtests.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
 from loadtests.prompts import DEFAULT_MIX, Maker, PromptFactory, parse_mix
@@ -45,21 +47,23 @@ from loadtests.routing_policies import (
     DEFAULT_POLICIES,
     FLEET,
     POLICIES,
-    SPECULATIVE,
     build_policy,
+    speculative_names,
 )
 from loadtests.routing_report import render
-from loadtests.simfleet import MODEL, SimFleet, gateway, step_lag
+from loadtests.simfleet import MODEL, EndpointFleet, SimFleet, SimSpec, gateway, step_lag
 from loadtests.summary import Slo, metrics_acceptance, summarize
 from loadtests.traces import Phase, format_trace, parse_trace
 
 FULL_TRACE = "c8@4,c48@4,c128@4,c256@4,c48@4,c8@4"
 QUICK_TRACE = "c4@1.5,c96@1.5,c4@1.5"
-# Light, stressed and saturated on this fleet (round-robin meets the SLO for ~100%, ~90%
-# and ~50% of requests: the issue's x1/x3/x5 load points).
+# Light, stressed and saturated on this fleet (least-loaded meets the SLO for ~100%,
+# ~97% and ~50% of requests: the issue's x1/x3/x5 load points).
 PRODUCTION_TRACE = "r10@5,r40@5,r70@5"
 PRODUCTION_QUICK_TRACE = "r10@3,r40@3,r70@3"
-QUICK_POLICIES = ("round-robin", "least-loaded", "specroute-latency")
+QUICK_POLICIES = ("least-loaded", "all-plain", "specroute-learned")
+PRODUCTION_QUICK_POLICIES = ("round-robin", "least-loaded", "specroute-latency")
+# Per workload: (full trace, quick trace, mix, request shapes: None for loadtests/prompts.py).
 WORKLOADS: dict[str, tuple[str, str, Mapping[str, float], Mapping[str, Maker] | None]] = {
     "synthetic": (FULL_TRACE, QUICK_TRACE, DEFAULT_MIX, None),
     "production": (PRODUCTION_TRACE, PRODUCTION_QUICK_TRACE, PRODUCTION_MIX, PRODUCTION_MAKERS),
@@ -78,6 +82,13 @@ class Plan:
     slo: Slo = field(default_factory=Slo)
     price: GpuPrice = field(default_factory=lambda: resolve_price("h200"))
     timeline_bins: int = 48
+    fleet: tuple[SimSpec, ...] = FLEET
+    # Engine profile data for the simulators (None: the default, measured on an H200).
+    profile: dict[str, Any] | None = None
+    profile_name: str = "default (H200, measured)"
+    # Real backends by name (``fleet`` then describes them) instead of simulators.
+    endpoints: dict[str, str] | None = None
+    model: str = MODEL
     # Whole-trace goodput is also reported under these (TTFT s, TPOT s) objectives.
     slo_variants: tuple[tuple[float, float], ...] = ((0.3, 0.015), (1.0, 0.05))
 
@@ -93,46 +104,78 @@ class Plan:
             "slo": {"ttft_ms": self.slo.ttft_s * 1000, "tpot_ms": self.slo.tpot_s * 1000},
             "slo_text": self.slo.describe(),
             "gpu_price": dataclasses.asdict(self.price),
-            "gpus": len(FLEET),
-            "fleet": [dataclasses.asdict(s) for s in FLEET],
+            "gpus": len(self.fleet),
+            "fleet": [dataclasses.asdict(s) for s in self.fleet],
+            "profile": self.profile_name,
         }
 
 
-async def spec_counters(fleet: SimFleet) -> dict[str, float]:
+async def spec_counters(fleet: SimFleet | EndpointFleet) -> dict[str, float]:
     """``vllm:spec_decode_*`` counters summed over the speculative simulators."""
     total: dict[str, float] = {}
-    for name in SPECULATIVE:
+    for name in speculative_names(fleet.specs):
         for key, value in (await fetch_metrics(fleet.url(name), ["vllm:spec_decode"])).items():
             total[key] = total.get(key, 0.0) + value
     return total
 
 
-async def run_policy(plan: Plan, name: str, workdir: Path) -> dict[str, Any]:
-    async with SimFleet(FLEET, plan.time_scale, workdir) as fleet:
-        slo_ms = (plan.slo.ttft_s * 1000, plan.slo.tpot_s * 1000)
-        policy = build_policy(name, fleet, slo_ms=slo_ms)
+async def run_policy(
+    plan: Plan,
+    name: str,
+    workdir: Path,
+    schedule: Sequence[Arrival] | None = None,
+    inspect: Callable[[RunResult], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One policy on fresh simulators and a fresh gateway: the plan's trace, or (a replay)
+    its open-loop phases with the requests of ``schedule`` at their own times."""
+    fleet: SimFleet | EndpointFleet
+    if plan.endpoints is not None:
+        fleet = EndpointFleet(plan.fleet, plan.endpoints, plan.model)
+    else:
+        fleet = SimFleet(plan.fleet, plan.time_scale, workdir, profile=plan.profile)
+    async with fleet:
+        policy = build_policy(name, fleet, facts=_facts(plan, fleet))
         async with gateway(policy, workdir, name) as gw:
             engines_before = await fleet.engine_states()
             counters_before = await spec_counters(fleet)
             generator = LoadGenerator(
-                gw.url, MODEL, time_scale=plan.time_scale, progress=name, state_class=True
+                gw.url,
+                plan.model,
+                time_scale=plan.time_scale,
+                progress=name,
+                state_class=isinstance(fleet, SimFleet),
             )
-            factory = PromptFactory(
-                plan.seed, plan.mix, plan.output_scale, WORKLOADS[plan.workload][3]
-            )
-            run = await generator.run(plan.trace, factory)
+            makers = WORKLOADS[plan.workload][3]
+            factory = PromptFactory(plan.seed, plan.mix, plan.output_scale, makers)
+            run = await generator.run(plan.trace, factory, schedule=schedule)
+            extra = inspect(run) if inspect is not None else {}
             lag = step_lag(engines_before, await fleet.engine_states())
             acceptance = metrics_acceptance(counters_before, await spec_counters(fleet))
             break_even = (await admin_json(gw.url, "/admin/break-even"))["pools"]
-            predictions = await prediction_quality(gw.url, plan.time_scale)
+            prediction = await prediction_quality(gw.url, plan.time_scale)
     result = analyse(run, plan)
     result |= {
         "lag": lag,
         "metrics_acceptance": acceptance,
         "break_even": break_even,
-        "prediction": predictions,
+        "prediction": prediction,
+        **extra,
     }
     return result
+
+
+def _facts(plan: Plan, fleet: SimFleet | EndpointFleet) -> dict[str, Any]:
+    """The fleet's ``slo`` (the plan's objective on the wall clock, times the time scale)
+    and, for simulators, the ``latency`` profile they run."""
+    scale = plan.time_scale
+    objective = {
+        "ttft_ms": plan.slo.ttft_s * 1000 * scale,
+        "tpot_ms": plan.slo.tpot_s * 1000 * scale,
+    }
+    facts: dict[str, Any] = {"slo": {"default": objective}}
+    if isinstance(fleet, SimFleet):
+        facts["latency"] = {"profile": str(fleet.profile_path)}
+    return facts
 
 
 async def prediction_quality(url: str, scale: float) -> dict[str, dict[str, float]]:
@@ -148,24 +191,26 @@ async def prediction_quality(url: str, scale: float) -> dict[str, dict[str, floa
     return out
 
 
-def _spec_share(records: Sequence[Any]) -> float | None:
+def _spec_share(records: Sequence[Any], speculative: frozenset[str]) -> float | None:
     routed = [r for r in records if r.ok and r.backend is not None]
     if not routed:
         return None
-    return sum(1 for r in routed if r.backend in SPECULATIVE) / len(routed)
+    return sum(1 for r in routed if r.backend in speculative) / len(routed)
 
 
 def analyse(run: RunResult, plan: Plan) -> dict[str, Any]:
-    scale, slo, gpus = run.time_scale, plan.slo, len(FLEET)
+    scale, slo, gpus = run.time_scale, plan.slo, len(plan.fleet)
+    speculative = speculative_names(plan.fleet)
     end = run.phase_windows[-1][1]
     phases = []
     for index, window in enumerate(run.phase_windows):
         summary = summarize(run.records, window, scale, slo, plan.price, gpus)
-        summary["spec_share"] = _spec_share([r for r in run.records if r.phase == index])
+        in_phase = [r for r in run.records if r.phase == index]
+        summary["spec_share"] = _spec_share(in_phase, speculative)
         summary["name"] = run.phases[index].name
         phases.append(summary)
     overall = summarize(run.records, (0.0, end), scale, slo, plan.price, gpus)
-    overall["spec_share"] = _spec_share(run.records)
+    overall["spec_share"] = _spec_share(run.records, speculative)
     routes: dict[str, Counter[str]] = {}
     for r in run.records:
         if r.ok and r.backend:
@@ -189,12 +234,14 @@ def analyse(run: RunResult, plan: Plan) -> dict[str, Any]:
 
 def timeline(run: RunResult, plan: Plan) -> dict[str, list[float | None]]:
     """Per time bin (model seconds): median TPOT (ms) of requests ending in it, share of
-    requests started in it that went to a speculative backend, goodput (req/s)."""
+    requests started in it that went to a speculative backend, goodput (req/s), and the
+    offered load (requests started in it, per second)."""
     scale, width = run.time_scale, run.phase_windows[-1][1] / plan.timeline_bins
     t: list[float | None] = []
     tpot: list[float | None] = []
     share: list[float | None] = []
     good: list[float | None] = []
+    offered: list[float | None] = []
     for i in range(plan.timeline_bins):
         lo, hi = i * width, (i + 1) * width
         ended = [r for r in run.records if r.ok and r.end is not None and lo <= r.end < hi]
@@ -202,9 +249,16 @@ def timeline(run: RunResult, plan: Plan) -> dict[str, list[float | None]]:
         tpots = [tp / scale * 1000 for r in ended if (tp := r.tpot) is not None]
         t.append((lo + hi) / 2 / scale)
         tpot.append(statistics.median(tpots) if tpots else None)
-        share.append(_spec_share(started))
+        share.append(_spec_share(started, speculative_names(plan.fleet)))
         good.append(sum(1 for r in ended if plan.slo.met(r, scale)) / (width / scale))
-    return {"t_s": t, "tpot_ms": tpot, "spec_share": share, "goodput_rps": good}
+        offered.append(len(started) / (width / scale))
+    return {
+        "t_s": t,
+        "tpot_ms": tpot,
+        "spec_share": share,
+        "goodput_rps": good,
+        "offered_rps": offered,
+    }
 
 
 async def run(plan: Plan) -> dict[str, Any]:
@@ -240,18 +294,20 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument("--render", type=Path, help="only re-render the report of a results.json")
     args = parser.parse_args(argv)
     full, quick, mix, makers = WORKLOADS[args.workload]
+    synthetic = makers is None
     # Production prompts cost the host more per request (long prompts to tokenise and
     # classify): its engines run slower so the host keeps up with them.
-    default_scale = 4.0 if makers is not None else (2.0 if args.quick else 3.0)
+    default_scale = (2.0 if args.quick else 3.0) if synthetic else 4.0
+    quick_policies = QUICK_POLICIES if synthetic else PRODUCTION_QUICK_POLICIES
     plan = Plan(
         workload=args.workload,
         trace=parse_trace(args.trace or (quick if args.quick else full)),
-        policies=tuple(args.policies or (QUICK_POLICIES if args.quick else DEFAULT_POLICIES)),
+        policies=tuple(args.policies or (quick_policies if args.quick else DEFAULT_POLICIES)),
         time_scale=args.time_scale or default_scale,
         seed=args.seed,
         mix=parse_mix(args.mix) if args.mix else dict(mix),
         # The synthetic quick run halves outputs to fit; production outputs are short.
-        output_scale=args.output_scale * (0.5 if args.quick and makers is None else 1.0),
+        output_scale=args.output_scale * (0.5 if args.quick and synthetic else 1.0),
         slo=Slo(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000),
         price=resolve_price(args.gpu, args.gpu_price_per_hour),
     )

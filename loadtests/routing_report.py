@@ -182,7 +182,6 @@ def _lag(lag: dict[str, float]) -> str:
 
 def render(results: dict[str, Any], folder: Path) -> str:
     """Markdown report; writes the PNG plots into ``folder``."""
-    comparison = results["comparison"]
     plan = results["plan"]
     fleet = ", ".join(
         f"{s['name']} ({s['method']}{', k=' + str(s['k']) if s['k'] else ''})"
@@ -205,7 +204,15 @@ def render(results: dict[str, Any], folder: Path) -> str:
         f"Host load average {results['machine_before']['loadavg'][0]:.1f} before, "
         f"{results['machine_after']['loadavg'][0]:.1f} after ({results['machine_before']['cpus']} CPUs).",
         "",
-        "## Goodput (req/s) by phase",
+    ]
+    return "\n".join(lines + sections(results, folder)) + "\n"
+
+
+def sections(results: dict[str, Any], folder: Path, phase_word: str = "phase") -> list[str]:
+    """The report's tables and plots (shared with the replay benchmark's report)."""
+    comparison = results["comparison"]
+    lines = [
+        f"## Goodput (req/s) by {phase_word}",
         "",
         _goodput_table(results, comparison),
         "",
@@ -220,7 +227,7 @@ def render(results: dict[str, Any], folder: Path) -> str:
         "",
         _overall_table(results),
         "",
-        "## Why: share sent to speculation / TTFT p99 ms / TPOT p50 ms, per phase",
+        f"## Why: share sent to speculation / TTFT p99 ms / TPOT p50 ms, per {phase_word}",
         "",
         _why_table(results),
         "",
@@ -258,4 +265,4 @@ def render(results: dict[str, Any], folder: Path) -> str:
         "",
     ]
     lines += [f"![{f}]({f})" for f in plot_all(results, comparison, folder)]
-    return "\n".join(lines) + "\n"
+    return lines

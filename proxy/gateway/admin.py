@@ -6,6 +6,7 @@ loopback clients are let in, so a default install is not open to the network.
 
 from __future__ import annotations
 
+import difflib
 import hmac
 from typing import Any
 
@@ -20,12 +21,16 @@ from proxy.policy.manager import PolicyManager
 from proxy.records import Endpoint, RequestInfo
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+# The console's sign-in form stores the token here (browsers cannot send a bearer header).
+ADMIN_COOKIE = "specroute_admin"
 
 
 def require_admin(request: Request) -> None:
     token: str | None = request.app.state.settings.admin_token
     if token:
         given = request.headers.get("authorization", "")
+        if not given and (cookie := request.cookies.get(ADMIN_COOKIE)):
+            given = f"Bearer {cookie}"
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             raise GatewayError(401, "admin token missing or wrong", code="invalid_admin_token")
         return
@@ -42,6 +47,46 @@ def _policy_error(exc: PolicyError) -> OrjsonResponse:
     body = GatewayError(400, str(exc), code="invalid_policy").payload()
     body["error"]["problems"] = exc.problems  # type: ignore[assignment]
     return OrjsonResponse(body, status_code=400)
+
+
+def _dry_run(pm: PolicyManager, text: str) -> OrjsonResponse:
+    """Validate without applying; the diff is against the policy in force."""
+    try:
+        version = pm.check(text, "PUT /admin/policy?dry_run=1")
+    except PolicyError as exc:
+        return _policy_error(exc)
+    diff = difflib.unified_diff(
+        pm.current.text.splitlines(keepends=True),
+        text.splitlines(keepends=True),
+        f"active ({pm.current.digest})",
+        f"proposed ({version.digest})",
+    )
+    return OrjsonResponse(
+        {
+            "dry_run": True,
+            "digest": version.digest,
+            "unchanged": version.digest == pm.current.digest,
+            "diff": "".join(diff),
+        }
+    )
+
+
+def _line(fit: tuple[float, float] | None) -> dict[str, float] | None:
+    return None if fit is None else {"intercept": fit[0], "slope": fit[1]}
+
+
+def _with_lines(gw: Gateway, row: dict[str, object]) -> dict[str, object]:
+    """A pool's break-even row plus the fitted TPOT lines and the pool's current load."""
+    pool = str(row["pool"])
+    estimate = gw.break_even.estimate(pool)
+    loads = [b.inflight for b in gw.fleet.backends.values() if b.spec.pool == pool and b.healthy]
+    return {
+        **row,
+        # TPOT (seconds) = intercept + slope * per-backend concurrency.
+        "spec_line": _line(estimate.spec_line),
+        "plain_line": _line(estimate.plain_line),
+        "concurrency": max(loads, default=0),
+    }
 
 
 def admin_router() -> APIRouter:
@@ -61,7 +106,8 @@ def admin_router() -> APIRouter:
 
     @router.get("/break-even")
     async def break_even(request: Request) -> OrjsonResponse:
-        return OrjsonResponse({"pools": gateway(request).break_even.snapshot()})
+        gw = gateway(request)
+        return OrjsonResponse({"pools": [_with_lines(gw, row) for row in gw.break_even.snapshot()]})
 
     @router.get("/policy")
     async def get_policy(request: Request) -> OrjsonResponse:
@@ -78,6 +124,8 @@ def admin_router() -> APIRouter:
     @router.put("/policy")
     async def put_policy(request: Request) -> OrjsonResponse:
         text = (await request.body()).decode("utf-8", "replace")
+        if request.query_params.get("dry_run") in ("1", "true"):
+            return _dry_run(manager(request), text)
         try:
             version = await manager(request).load_text(text, "PUT /admin/policy")
         except PolicyError as exc:

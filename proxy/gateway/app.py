@@ -19,8 +19,10 @@ from starlette.routing import Route
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
+from proxy.gateway.console import install_console
 from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
+from proxy.gateway.traffic_log import traffic_log
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import (
     CallbackGauge,
@@ -61,7 +63,7 @@ async def _load_initial(settings: Settings, app: FastAPI) -> PolicyVersion:
         return PolicyVersion.of(text, str(settings.policy_path))
     from proxy.gateway.embedded import start_embedded_fleet
 
-    fleet = await start_embedded_fleet()
+    fleet = await start_embedded_fleet(quiet=not settings.sim_logs)
     app.state.embedded = fleet
     return PolicyVersion.of(fleet.policy_text, "embedded default fleet")
 
@@ -94,7 +96,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = app.state.store_override or make_store(settings, initial.policy.store.redis_url)
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
-    gateway = Gateway(settings, initial.policy, store, upstream, metrics)
+    canary = CanaryController(store, metrics)
+    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
+    gateway = Gateway(settings, initial.policy, store, upstream, metrics, canary)
     manager = PolicyManager(
         initial, gateway.apply_policy, gateway.validate_policy, store, settings.policy_path
     )
@@ -119,10 +123,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.add_collector(
         CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
     )
-    canary = CanaryController(store, metrics)
-    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
-    gateway.scheduler.extras["canary"] = canary
     gateway.hooks.append(canary.hook)
+    gateway.hooks += [log.on_outcome for log in traffic_log(settings, store, metrics.registry)]
     shadow.listeners.append(canary.on_shadow)
     shadow.rate_overrides = canary.shadow_rates
     gateway.policy_listeners.append(lambda p: canary.configure(p.canary, p.baseline_speculative()))
@@ -233,6 +235,7 @@ def create_app(
         app.router.routes.append(_relay_route(path, kind))
     app.include_router(public_router())
     app.include_router(admin_router())
+    install_console(app)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

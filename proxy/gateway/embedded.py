@@ -8,6 +8,8 @@ serving one model.
 
 from __future__ import annotations
 
+import logging
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,6 +27,27 @@ _FLEET: tuple[tuple[str, str, Method, int], ...] = (
 )
 
 
+# Whether uvicorn lines come from an embedded simulator: set while the simulators' server
+# tasks are created, so those tasks (and only they) carry it in their context. The
+# simulators share the "uvicorn.error" logger with the gateway's own server, so a logger
+# level cannot tell them apart; the task context can.
+_IN_SIMULATOR: ContextVar[bool] = ContextVar("specroute_in_embedded_simulator", default=False)
+
+
+class _QuietSimulators(logging.Filter):
+    """Drops uvicorn's start/stop lines of the embedded simulators (one set per simulator)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _IN_SIMULATOR.get()
+
+
+def _quiet_uvicorn() -> None:
+    for name in ("uvicorn", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietSimulators) for f in logger.filters):
+            logger.addFilter(_QuietSimulators())
+
+
 @dataclass(slots=True)
 class EmbeddedFleet:
     servers: list[SimServer]
@@ -35,9 +58,13 @@ class EmbeddedFleet:
             await server.stop()
 
 
-async def start_embedded_fleet(host: str = "127.0.0.1") -> EmbeddedFleet:
+async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -> EmbeddedFleet:
+    """Start the simulators; ``quiet`` keeps their uvicorn lines out of the gateway's log."""
     servers: list[SimServer] = []
     backends = []
+    if quiet:
+        _quiet_uvicorn()
+    marked = _IN_SIMULATOR.set(quiet)
     try:
         for name, pool, method, k in _FLEET:
             config = SimConfig(model=MODEL, speculation=method, k=max(k, 1), seed=len(servers))
@@ -58,6 +85,8 @@ async def start_embedded_fleet(host: str = "127.0.0.1") -> EmbeddedFleet:
         for server in servers:
             await server.stop()
         raise
+    finally:
+        _IN_SIMULATOR.reset(marked)
     policy = {
         "version": "embedded-default",
         "backends": backends,

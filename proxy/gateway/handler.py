@@ -36,6 +36,7 @@ from proxy.routing.classify import Classification, Classifier
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
+from proxy.routing.scheduler.base import CanarySplit
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -82,6 +83,7 @@ class Gateway:
         store: Store,
         upstream: UpstreamClient,
         metrics: GatewayMetrics,
+        canary: CanarySplit | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -92,7 +94,7 @@ class Gateway:
         self.break_even = BreakEvenModel(policy)
         self.latency = LatencyModel(policy, self.acceptance)
         self.scheduler = Scheduler(
-            policy, self.fleet, self.acceptance, self.break_even, latency=self.latency
+            policy, self.fleet, self.acceptance, self.break_even, canary, self.latency
         )
         self.classifier = Classifier(policy.classifier)
         self.observer = Observer(store, self.acceptance, self.break_even, metrics, self.latency)
@@ -406,10 +408,8 @@ class Gateway:
         content_type: str,
     ) -> list[tuple[bytes, bytes]]:
         reason = self.scheduler.reason(decision)
-        route = f"pool={backend.spec.pool}; backend={backend.name}; reason={reason}"
-        self.metrics.decisions.labels(
-            backend.spec.pool, _reason_kind(reason, backend), label.label
-        ).inc()
+        route = f"pool={backend.spec.pool}; backend={backend.name}; reason={reason.text}"
+        self.metrics.decisions.labels(backend.spec.pool, reason.kind.value, label.label).inc()
         return [
             (b"content-type", (content_type or "application/json").encode("latin-1")),
             (b"cache-control", b"no-cache"),
@@ -453,11 +453,3 @@ class Gateway:
             "break_even": self.break_even.snapshot(),
             "acceptance": self.acceptance.snapshot(),
         }
-
-
-def _reason_kind(reason: str, backend: BackendState) -> str:
-    if "probe" in reason:
-        return "acceptance_probe"
-    if not backend.speculative:
-        return "plain"
-    return "below_break_even" if "<" in reason else "speculative"

@@ -57,11 +57,19 @@ class PolicyManager:
         self.history: list[PolicyVersion] = []
         self._mtime: float | None = None
 
-    def _swap(self, version: PolicyVersion, *, remember: bool = True) -> None:
+    def _checked(self, version: PolicyVersion) -> PolicyVersion:
         try:
             self._validate(version.policy)
         except ValueError as exc:
             raise PolicyError(version.source, [str(exc)]) from exc
+        return version
+
+    def check(self, text: str, source: str) -> PolicyVersion:
+        """Everything :meth:`load_text` checks, without applying (a dry run)."""
+        return self._checked(PolicyVersion.of(text, source))
+
+    def _swap(self, version: PolicyVersion, *, remember: bool = True) -> None:
+        self._checked(version)
         self._apply(version.policy)
         if remember:
             self.history.append(self.current)

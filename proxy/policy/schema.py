@@ -45,6 +45,11 @@ class BackendSpec(_Strict):
     draft_version: str = ""
     weight: float = Field(default=1.0, gt=0)
     max_concurrency: int = Field(default=256, ge=1)
+    launch_config: str | None = Field(
+        default=None,
+        description="the engine's vLLM launch config (`vllm serve --config`), relative to the "
+        "policy file; read by `specroute check` only",
+    )
 
     @field_validator("url")
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from proxy.policy import BreakEven, Policy
@@ -86,8 +86,9 @@ class BreakEvenModel:
     def apply_policy(self, policy: Policy) -> None:
         self._configs = {pool: policy.pool_spec(pool).break_even for pool in policy.pool_names()}
         self._default = BreakEven()
-        # Read directly by the scheduler's fused pass (scheduler/fastpath.py).
-        self.bands: dict[str, tuple[float, float]] = {}
+        # Per pool (switch off at, switch on at), cached: ``update`` reads it for every
+        # speculative backend on every request.
+        self._bands: dict[str, tuple[float, float]] = {}
         self._spec_pools = {b.pool for b in policy.backends if b.speculation.enabled}
         half_lives = [c.half_life_s for c in self._configs.values()] or [120.0]
         for name in [*self._spec_pools, PLAIN_CURVE]:
@@ -105,12 +106,12 @@ class BreakEvenModel:
 
     def band(self, pool: str) -> tuple[float, float]:
         """(switch off at or above, switch on at or below), cached until the threshold moves."""
-        band = self.bands.get(pool)
+        band = self._bands.get(pool)
         if band is None:
             config = self.config(pool)
             threshold = self.threshold(pool)
             band = (threshold * (1 + config.hysteresis), threshold * (1 - config.hysteresis))
-            self.bands[pool] = band
+            self._bands[pool] = band
         return band
 
     def threshold(self, pool: str) -> float:
@@ -119,35 +120,29 @@ class BreakEvenModel:
             return self._learned.get(pool, config.concurrency)
         return config.concurrency
 
-    def speculating(self, backend: BackendState) -> bool:
-        """Whether this speculative backend is below its pool's break-even, with hysteresis.
+    def update(self, backends: Iterable[BackendState]) -> None:
+        """Move each speculative backend's on/off state (``BackendState.spec_on``) to its
+        current load, with hysteresis: the one place that state changes.
 
-        The state flips off only above threshold*(1+h) and on only below threshold*(1-h),
-        so load hovering at the threshold does not flap.
+        The state flips off only at or above threshold*(1+h) and on only at or below
+        threshold*(1-h), so load hovering at the threshold does not flap. The scheduler
+        runs this over the backends it is about to score, before scoring, so scorers and
+        explanations only read the state; backends filtered out keep theirs until they are
+        candidates again.
         """
-        return self.levels([backend])[0] == 1.0
-
-    def levels(self, backends: list[BackendState], plain: float = 0.0) -> list[float]:
-        """Per backend, in one pass (the request path asks for the whole fleet): 1.0 for a
-        speculative backend below break-even, 0.0 above it, ``plain`` for a plain one."""
-        bands = self.bands
-        out: list[float] = []
-        append = out.append
+        bands = self._bands
         for backend in backends:
             if not backend.speculative:
-                append(plain)
                 continue
             pool = backend.pool
             band = bands.get(pool)
             off_at, on_at = band if band is not None else self.band(pool)
-            load = backend.local_inflight + backend.others_inflight
+            load = backend.inflight
             if backend.spec_on:
                 if load >= off_at:
                     backend.spec_on = False
             elif load <= on_at:
                 backend.spec_on = True
-            append(1.0 if backend.spec_on else 0.0)
-        return out
 
     def observe(self, pool: str, speculative: bool, load: float, tpot_s: float) -> None:
         """One finished request's TPOT at the per-backend load it was dispatched into."""
@@ -169,7 +164,7 @@ class BreakEvenModel:
         estimate = self.estimate(pool)
         if estimate.value is not None and estimate.value != self._learned.get(pool):
             self._learned[pool] = estimate.value
-            self.bands.pop(pool, None)
+            self._bands.pop(pool, None)
 
     def estimate(self, pool: str) -> LearnedBreakEven:
         config = self.config(pool)

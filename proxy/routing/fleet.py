@@ -31,10 +31,14 @@ class BackendState:
     checked: bool = False
     consecutive_failures: int = 0
     last_error: str = ""
-    # In-flight requests: this replica's exact count, plus the other replicas' share as of
-    # the last store sync (exact locally, a sync interval stale for the others).
-    local_inflight: int = 0
-    others_inflight: int = 0
+    # In-flight requests: this replica's exact count (``local_inflight``), plus the other
+    # replicas' share as of the last store sync (``others_inflight``; exact locally, a sync
+    # interval stale for the others), and their sum ``inflight``, kept by the two setters
+    # because the request path reads it for every backend several times per request
+    # (capacity, break-even, load) while it changes twice per request.
+    _local: int = field(default=0, init=False, repr=False)
+    _others: int = field(default=0, init=False, repr=False)
+    inflight: int = field(default=0, init=False)
     # Prompt tokens (estimated from the body size, see Gateway._attempt) this replica has
     # sent here whose first byte has not come back yet: the prefill queued ahead of a new
     # request, which an in-flight count cannot see (a 3000-token RAG prompt counts like a
@@ -80,8 +84,22 @@ class BackendState:
         self.k = spec.speculation.k
 
     @property
-    def inflight(self) -> int:
-        return self.local_inflight + self.others_inflight
+    def local_inflight(self) -> int:
+        return self._local
+
+    @local_inflight.setter
+    def local_inflight(self, value: int) -> None:
+        self._local = value
+        self.inflight = value + self._others
+
+    @property
+    def others_inflight(self) -> int:
+        return self._others
+
+    @others_inflight.setter
+    def others_inflight(self, value: int) -> None:
+        self._others = value
+        self.inflight = self._local + value
 
     def mark_failure(self, reason: str, eject_after: int) -> None:
         self.consecutive_failures += 1

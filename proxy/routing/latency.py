@@ -261,7 +261,7 @@ class LatencyModel:
                 if acceptance is None:
                     acceptance = self.draft_acceptance(b, label)
             ttft, tpot, *_ = self._model(state, b, prompt, acceptance, now)
-            imposed = (b.local_inflight + b.others_inflight) * state.costs.prefill_s_per_token
+            imposed = b.inflight * state.costs.prefill_s_per_token
             append((ttft * state.ttft_ratio, tpot * state.tpot_ratio, imposed * prompt))
         return out
 
@@ -303,7 +303,7 @@ class LatencyModel:
         the batch joined, tokens per step, prefill share)."""
         costs = state.costs
         k = state.k if acceptance is not None else 0
-        batch = backend.local_inflight + backend.others_inflight
+        batch = backend.inflight
         queued = backend.prefill_pending
         work = (queued if queued > 0 else 0) + prompt
         chunk = costs.chunk_tokens

@@ -75,6 +75,10 @@ class Observer:
             return
         if self.latency is not None:
             self.latency.observe(outcome)
+        if outcome.completion_tokens:
+            self.metrics.completion_tokens.labels(outcome.pool, outcome.label).inc(
+                outcome.completion_tokens
+            )
         ttft, tpot = outcome.ttft, outcome.tpot
         if ttft is not None:
             self.metrics.ttft.labels(outcome.pool).observe(ttft)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import uvicorn
 
 from proxy.sim.config import Faults, SimConfig
+from proxy.sim.hardware import GPUS, gpu_profile
 from proxy.sim.profile import load_profile
 from proxy.sim.server import create_sim_app
 
@@ -25,6 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--k", type=int, default=3, help="draft tokens per step")
     parser.add_argument("--profile", help="JSON or YAML file laid over the default profile")
+    parser.add_argument(
+        "--gpu",
+        choices=sorted(GPUS),
+        help="step costs of this GPU (h200 measured; others estimated, see proxy/sim/hardware.py)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument(
@@ -70,6 +76,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
     if args.profile:
         config = config.model_copy(update={"profile": load_profile(args.profile)})
+    elif args.gpu:
+        config = config.model_copy(update={"profile": gpu_profile(args.gpu)})
     return config
 
 

@@ -24,7 +24,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from proxy.policy.canary import CanaryConfig
 from proxy.records import Outcome, ParsedRequest, RequestInfo
@@ -206,7 +206,7 @@ class CanaryController:
     def candidates(self) -> frozenset[str]:
         return frozenset(self.config.candidates) if self.config else frozenset()
 
-    def assign(self, request: RequestInfo) -> str:
+    def assign(self, request: RequestInfo) -> Literal["any", "candidate", "exclude"]:
         """ "candidate": only candidates; "exclude": never candidates; "any": no canary rule."""
         config = self.config
         if config is None or self.state == "promoted":

@@ -239,16 +239,17 @@ async def test_shadow_overhead_keeps_the_queue_bounded_under_overload(tmp_path: 
     assert "ratio 1.0 / 0.0" in markdown
 
 
-def test_decision_time_benchmark_measures_both_paths_on_the_same_requests(
+def test_decision_time_benchmark_measures_classify_and_decide(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    result = decision_time.measure(backends=64, requests=300, block=100)
-    parts = ("classify_us", "decision_us", "decision_cpu_us", "pipeline_us", "latency_us")
-    for part in (*parts, "total_us"):
+    result = decision_time.measure(backends=64, requests=300)
+    for part in ("classify_us", "decision_us", "decision_cpu_us", "total_us"):
         row = result[part]
         assert 0 < row["p50"] <= row["p90"] <= row["p99"], (part, row)
     assert result["total_us"]["p50"] > result["decision_us"]["p50"]
     assert decision_time.main(["--quick", "--backends", "8"]) == 0
     out = capsys.readouterr().out
-    assert "decision time, 8 backends, 2000 requests" in out
+    assert "decision time, 8 backends, 2000 requests, default routing" in out
     assert "target: decision p99 < 100 us" in out  # a verdict, whichever way it goes
+    latency = decision_time.measure(backends=64, requests=200, routing="latency")
+    assert 0 < latency["decision_us"]["p50"] <= latency["decision_us"]["p99"]

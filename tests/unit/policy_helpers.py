@@ -36,13 +36,10 @@ def mixed_fleet(**sections: Any) -> Policy:
     )
 
 
-def healthy_scheduler(policy: Policy, *, fused: bool = True) -> Scheduler:
-    """A scheduler over a fresh fleet of the policy, every backend healthy; ``fused=False``
-    takes the fused pass away, so the plugin pipeline decides, scorer by scorer."""
+def healthy_scheduler(policy: Policy) -> Scheduler:
+    """A scheduler over a fresh fleet of the policy, every backend healthy."""
     fleet = Fleet(policy)
     for b in fleet.backends.values():
         b.healthy = True
     s = Scheduler(policy, fleet, AcceptanceTracker(policy.acceptance), BreakEvenModel(policy))
-    if not fused:
-        s._profile.fused = None
     return s

@@ -2,15 +2,20 @@
 
 Shaped after the endpoint picker of the Gateway API Inference Extension: filters narrow
 the candidates, scorers rate each survivor in [0, 1], the policy weighs the scores, a
-picker orders the result (first choice, then fallbacks for retries). Plugins are small,
-registered under a type name and built from the policy's ``params``.
+picker chooses (the first choice on the request path, the full order when explaining).
+Plugins are small, registered under a type name and built from the policy's ``params``.
+
+The batch form is the interface (``Scorer.score_all``): the request path scores the whole
+fleet at once, and with 64 backends a call per backend and plugin costs more than the
+arithmetic it calls (loadtests/README.md, routing decision time).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from proxy.policy import Policy
 from proxy.records import RequestInfo
@@ -18,6 +23,26 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
+
+# A canary's verdict for one request: only its candidates, never them, or no rule at all.
+CanaryArm = Literal["any", "candidate", "exclude"]
+
+
+class CanarySplit(Protocol):
+    """A running canary's traffic split, as the ``canary`` filter consults it."""
+
+    @property
+    def candidates(self) -> frozenset[str]: ...
+
+    def assign(self, request: RequestInfo) -> CanaryArm: ...
+
+
+class BackendNote(enum.StrEnum):
+    """What a filter has to say about one backend; the route reason is built from it."""
+
+    ACCEPTANCE_PROBE = "acceptance probe"
+    BELOW_FLOOR = "acceptance below floor"
+    CANARY = "canary"
 
 
 @dataclass(slots=True)
@@ -29,14 +54,16 @@ class SchedulingContext:
     policy: Policy
     acceptance: AcceptanceTracker
     break_even: BreakEvenModel
+    # Predicted TTFT/TPOT per backend (the ``latency`` scorer's model).
     latency: LatencyModel
-    # Plugins may leave notes about a backend here (why it was dropped / probed).
-    notes: dict[str, str] = field(default_factory=dict)
+    # The running canary's split (None: no canary), for the ``canary`` filter.
+    canary: CanarySplit | None = None
+    # Filters may leave notes about a backend here (why it was dropped / probed).
+    notes: dict[str, BackendNote] = field(default_factory=dict)
     # Set while explaining (/admin/explain): plugins may then spend time on detail.
     explain: bool = False
     # A filter may insist on one backend (an acceptance probe); it goes first if it survives.
     forced: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -46,6 +73,7 @@ class Candidate:
     scores: dict[str, float] = field(default_factory=dict)
 
 
+@runtime_checkable
 class Filter(Protocol):
     name: str
     # A soft filter that would leave nothing is ignored (the request is still served).
@@ -56,19 +84,39 @@ class Filter(Protocol):
     ) -> list[BackendState]: ...
 
 
+@runtime_checkable
 class Scorer(Protocol):
-    """Rates one backend in [0, 1]. A scorer may also define
-    ``score_all(ctx, backends) -> list[float]`` (same values, one call per request), which the
-    scheduler prefers: per-call overhead dominates with many backends."""
+    """Rates backends in [0, 1], all of a request's eligible backends in one call.
+
+    ``score_all`` must not change anything a decision depends on (a cache of its own is
+    fine): the break-even hysteresis, the one such state that moves with load, is advanced
+    by the scheduler (``BreakEvenModel.update``) before scoring, and scorers only read it.
+    """
 
     name: str
 
-    def score(self, ctx: SchedulingContext, backend: BackendState) -> float: ...
+    def score_all(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState]
+    ) -> Sequence[float]: ...
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str: ...
 
 
+@runtime_checkable
 class Picker(Protocol):
+    """Chooses among scored backends (``totals[i]`` is the weighted score of ``backends[i]``).
+
+    ``first`` is the request path (a retry schedules again without the backends already
+    tried, so one choice is all it needs); ``order`` is the full ranking, for explanations.
+    Both honour ``ctx.forced``. ``backends`` is never empty.
+    """
+
     name: str
 
-    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]: ...
+    def first(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
+    ) -> int: ...
+
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]: ...

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
 from proxy.routing.fleet import BackendState
-from proxy.routing.scheduler.base import SchedulingContext
+from proxy.routing.scheduler.base import BackendNote, SchedulingContext
 
 
 class ModelFilter:
@@ -13,10 +16,7 @@ class ModelFilter:
     soft = False
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        model = ctx.request.model
-        if len(backends) == len(ctx.fleet.backends):  # first filter: the fleet's own index
-            return list(ctx.fleet.by_model.get(model, ()))
-        return [b for b in backends if b.spec.model == model]
+        return BuiltinFilters(model=True).apply(ctx, backends)
 
 
 class HealthyFilter:
@@ -26,8 +26,7 @@ class HealthyFilter:
     soft = False
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        exclude = ctx.request.exclude
-        return [b for b in backends if b.healthy and b.name not in exclude]
+        return BuiltinFilters(healthy=True).apply(ctx, backends)
 
 
 class QuarantineFilter:
@@ -37,7 +36,7 @@ class QuarantineFilter:
     soft = True
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        return [b for b in backends if b.quarantined is None]
+        return BuiltinFilters(quarantine=True).apply(ctx, backends)
 
 
 class CapacityFilter:
@@ -47,7 +46,86 @@ class CapacityFilter:
     soft = False
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        return [b for b in backends if b.local_inflight + b.others_inflight < b.max_concurrency]
+        return BuiltinFilters(capacity=True).apply(ctx, backends)
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinFilters:
+    """The model, healthy, quarantine and capacity filters in one pass: the one place their
+    conditions are written.
+
+    Each of those filters is this pass with itself alone; the scheduler runs it once in
+    place of the profile's first filters when they are these, each once, in an order the
+    pass reproduces (``leading``), because a pass per filter costs more than the checks
+    with 64 backends (loadtests/README.md, routing decision time). The quarantine filter
+    is soft: when every backend the filters before it kept is quarantined, it is skipped.
+    """
+
+    model: bool = False
+    healthy: bool = False
+    quarantine: bool = False
+    capacity: bool = False
+    # How many of the profile's first filters the pass stands for, and whether the canary
+    # filter is among them (a no-op without a running canary; with one, not replaced).
+    count: int = 0
+    canary: bool = False
+
+    @classmethod
+    def leading(cls, filters: Sequence[object]) -> BuiltinFilters | None:
+        """The one-pass form of a profile's leading filters, or None if it would replace
+        fewer than two. Model and healthy come first (in either order), then quarantine,
+        then capacity, as the pass checks them; the canary filter may sit anywhere."""
+        # Each kind: the pass's field for it, and its place in the pass's order.
+        kinds: dict[type, tuple[str, int]] = {
+            ModelFilter: ("model", 0),
+            HealthyFilter: ("healthy", 0),
+            QuarantineFilter: ("quarantine", 1),
+            CapacityFilter: ("capacity", 2),
+        }
+        found = cls()
+        seen: set[type] = set()
+        rank = 0
+        for flt in filters:
+            kind = type(flt)
+            if kind in seen:
+                break
+            seen.add(kind)
+            if kind is CanaryFilter:
+                found = replace(found, canary=True, count=found.count + 1)
+                continue
+            if kind not in kinds or kinds[kind][1] < rank:
+                break
+            field_name, rank = kinds[kind]
+            found = replace(found, **{field_name: True}, count=found.count + 1)
+        return found if found.count >= 2 else None
+
+    def apply(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+        model: str | None = ctx.request.model if self.model else None
+        source = backends
+        if model is not None and len(backends) == len(ctx.fleet.backends):
+            source = ctx.fleet.by_model.get(model) or []  # the whole fleet: its own index
+            model = None
+        healthy, quarantine, capacity = self.healthy, self.quarantine, self.capacity
+        exclude = ctx.request.exclude if healthy else frozenset()
+        kept: list[BackendState] = []
+        # Quarantined backends the other filters keep, and whether any backend was not
+        # quarantined: if none was, the quarantine filter is skipped and these are kept.
+        held: list[BackendState] = []
+        clean = not quarantine
+        for b in source:
+            if model is not None and b.spec.model != model:
+                continue
+            if healthy and (not b.healthy or (exclude and b.name in exclude)):
+                continue
+            if quarantine and b.quarantined is not None:
+                if not capacity or b.inflight < b.max_concurrency:
+                    held.append(b)
+                continue
+            clean = True
+            if capacity and b.inflight >= b.max_concurrency:
+                continue
+            kept.append(b)
+        return kept if clean else held
 
 
 class AcceptanceFloorFilter:
@@ -73,11 +151,11 @@ class AcceptanceFloorFilter:
                 kept.append(backend)
             elif ctx.forced is None and tracker.take_probe(name, label):
                 # A probe must really reach the backend, whatever the scorers think.
-                ctx.notes[name] = "acceptance probe"
+                ctx.notes[name] = BackendNote.ACCEPTANCE_PROBE
                 ctx.forced = name
                 kept.append(backend)
             else:
-                ctx.notes[name] = "acceptance below floor"
+                ctx.notes[name] = BackendNote.BELOW_FLOOR
         return kept
 
 
@@ -89,7 +167,7 @@ class CanaryFilter:
     soft = True
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        canary = ctx.extras.get("canary")
+        canary = ctx.canary
         if canary is None:
             return backends
         verdict = canary.assign(ctx.request)
@@ -99,6 +177,6 @@ class CanaryFilter:
         if verdict == "candidate":
             only = [b for b in backends if b.name in candidates]
             if only:
-                ctx.notes.update(dict.fromkeys((b.name for b in only), "canary"))
+                ctx.notes.update(dict.fromkeys((b.name for b in only), BackendNote.CANARY))
                 return only
         return [b for b in backends if b.name not in candidates]

@@ -27,6 +27,8 @@ it would join.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from proxy.policy import Objective
 from proxy.routing.fleet import BackendState
 from proxy.routing.scheduler.base import SchedulingContext
@@ -48,10 +50,9 @@ class LatencyScorer:
         self.latency_weight = latency_weight
         self.neighbour_weight = neighbour_weight
 
-    def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        return self.score_all(ctx, [backend])[0]
-
-    def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
+    def score_all(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState]
+    ) -> Sequence[float]:
         request = ctx.request
         objective = ctx.policy.slo.objective(request.model, request.label)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)

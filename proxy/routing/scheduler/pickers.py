@@ -1,4 +1,4 @@
-"""Pickers: order the scored candidates (first choice, then fallbacks for retries)."""
+"""Pickers: choose among the scored backends (the first choice, or the full order)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import random
 from collections.abc import Sequence
 
 from proxy.routing.fleet import BackendState
-from proxy.routing.scheduler.base import Candidate, SchedulingContext
+from proxy.routing.scheduler.base import SchedulingContext
 
 
 class MaxScorePicker:
-    """Highest weighted score first; near-ties broken at random so equal backends share load."""
+    """Highest weighted score first; near-ties broken at random so equal backends share load.
+
+    A backend a filter forced (an acceptance probe) goes first.
+    """
 
     name = "max_score"
 
@@ -19,29 +22,9 @@ class MaxScorePicker:
         self.tie_epsilon = tie_epsilon
         self._random = random.Random(seed)
 
-    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
-        if not candidates:
-            return []
-        if ctx.explain:
-            # Full order for the explanation; equal scores in random order.
-            rnd = self._random.random
-            scale = 1.0 / self.tie_epsilon
-            ordered = sorted(candidates, key=lambda c: (-round(c.total * scale), rnd()))
-        else:
-            # The request path needs only the winner (a retry schedules again): one pass.
-            best = max(c.total for c in candidates)
-            floor = best - self.tie_epsilon
-            ties = [c for c in candidates if c.total >= floor]
-            first = ties[0] if len(ties) == 1 else self._random.choice(ties)
-            ordered = [first, *(c for c in candidates if c is not first)]
-        if ctx.forced is not None:
-            ordered.sort(key=lambda c: c.backend.name != ctx.forced)
-        return ordered
-
-    def pick_first(
-        self, ctx: SchedulingContext, backends: list[BackendState], totals: list[float]
+    def first(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
     ) -> int:
-        """The request path's fast form of ``pick``: the index of the first choice only."""
         forced = ctx.forced
         if forced is not None:
             for i, backend in enumerate(backends):
@@ -59,8 +42,35 @@ class MaxScorePicker:
             return first
         return self._random.choice([i for i, t in enumerate(totals) if t >= floor])
 
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
+        # Scores equal within the tie epsilon in random order.
+        rnd = self._random.random
+        scale = 1.0 / self.tie_epsilon
+        ordered = sorted(range(len(totals)), key=lambda i: (-round(totals[i] * scale), rnd()))
+        forced = ctx.forced
+        if forced is not None:
+            ordered.sort(key=lambda i: backends[i].name != forced)
+        return ordered
 
-class RandomPicker:
+
+class _HeadOfOrder:
+    """A picker whose first choice is the head of its order: ordering moves its state (a
+    shuffle, a rotation), so the request path takes one order, not a separate choice."""
+
+    def first(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
+    ) -> int:
+        return self.order(ctx, backends, totals)[0]
+
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
+        raise NotImplementedError
+
+
+class RandomPicker(_HeadOfOrder):
     """Uniform random order (a baseline for comparisons)."""
 
     name = "random"
@@ -68,13 +78,15 @@ class RandomPicker:
     def __init__(self, seed: int | None = None) -> None:
         self._random = random.Random(seed)
 
-    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
-        ordered = list(candidates)
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
+        ordered = list(range(len(backends)))
         self._random.shuffle(ordered)
         return ordered
 
 
-class RoundRobinPicker:
+class RoundRobinPicker(_HeadOfOrder):
     """Rotate through the candidates in name order (what simple gateways do)."""
 
     name = "round_robin"
@@ -82,8 +94,10 @@ class RoundRobinPicker:
     def __init__(self) -> None:
         self._turn = 0
 
-    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
-        ordered = sorted(candidates, key=lambda c: c.backend.name)
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
+        ordered = sorted(range(len(backends)), key=lambda i: backends[i].name)
         if not ordered:
             return []
         self._turn = (self._turn + 1) % len(ordered)
@@ -93,31 +107,28 @@ class RoundRobinPicker:
 class PowerOfTwoPicker:
     """Two candidates drawn at random, the higher-scored first (power of two choices, as
     vllm-router ships it): near least-loaded balance without herding every request onto
-    the one backend that looked emptiest at the last update."""
+    the one backend that looked emptiest at the last update. A forced backend goes first."""
 
     name = "power_of_two"
 
     def __init__(self, seed: int | None = None) -> None:
         self._random = random.Random(seed)
 
-    def pick(self, ctx: SchedulingContext, candidates: Sequence[Candidate]) -> list[Candidate]:
-        if len(candidates) < 2:
-            return list(candidates)
-        a, b = self._random.sample(range(len(candidates)), 2)
-        first = candidates[a] if candidates[a].total >= candidates[b].total else candidates[b]
-        ordered = [first, *(c for c in candidates if c is not first)]
-        if ctx.forced is not None:
-            ordered.sort(key=lambda c: c.backend.name != ctx.forced)
-        return ordered
-
-    def pick_first(
-        self, ctx: SchedulingContext, backends: list[BackendState], totals: list[float]
+    def first(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
     ) -> int:
-        if ctx.forced is not None:
+        forced = ctx.forced
+        if forced is not None:
             for i, backend in enumerate(backends):
-                if backend.name == ctx.forced:
+                if backend.name == forced:
                     return i
         if len(totals) < 2:
             return 0
         a, b = self._random.sample(range(len(totals)), 2)
         return a if totals[a] >= totals[b] else b
+
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
+        head = self.first(ctx, backends, list(totals))
+        return [head, *(i for i in range(len(backends)) if i != head)]

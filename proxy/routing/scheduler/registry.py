@@ -2,38 +2,38 @@
 
 Built-in plugins are registered by name; any other ``type`` is read as an import string
 ``"package.module:Class"`` (as uvicorn does for apps), so a deployment can add its own
-plugin without touching this package.
+plugin without touching this package. Whatever is built is checked against its protocol
+(base.py) here, when the policy is loaded, not on the first request that would call it.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from proxy.policy import PluginSpec
 from proxy.routing.scheduler import filters, latency_scorer, pickers, scorers
+from proxy.routing.scheduler.base import Filter, Picker, Scorer
 
-BUILTIN: dict[str, dict[str, type[Any]]] = {
-    "filter": {
-        "model": filters.ModelFilter,
-        "healthy": filters.HealthyFilter,
-        "quarantine": filters.QuarantineFilter,
-        "capacity": filters.CapacityFilter,
-        "acceptance_floor": filters.AcceptanceFloorFilter,
-        "canary": filters.CanaryFilter,
-    },
-    "scorer": {
-        "break_even": scorers.BreakEvenScorer,
-        "acceptance": scorers.AcceptanceScorer,
-        "load": scorers.LoadScorer,
-        "latency": latency_scorer.LatencyScorer,
-    },
-    "picker": {
-        "max_score": pickers.MaxScorePicker,
-        "random": pickers.RandomPicker,
-        "round_robin": pickers.RoundRobinPicker,
-        "power_of_two": pickers.PowerOfTwoPicker,
-    },
+FILTERS: dict[str, Callable[..., Filter]] = {
+    "model": filters.ModelFilter,
+    "healthy": filters.HealthyFilter,
+    "quarantine": filters.QuarantineFilter,
+    "capacity": filters.CapacityFilter,
+    "acceptance_floor": filters.AcceptanceFloorFilter,
+    "canary": filters.CanaryFilter,
+}
+SCORERS: dict[str, Callable[..., Scorer]] = {
+    "break_even": scorers.BreakEvenScorer,
+    "acceptance": scorers.AcceptanceScorer,
+    "load": scorers.LoadScorer,
+    "latency": latency_scorer.LatencyScorer,
+}
+PICKERS: dict[str, Callable[..., Picker]] = {
+    "max_score": pickers.MaxScorePicker,
+    "random": pickers.RandomPicker,
+    "round_robin": pickers.RoundRobinPicker,
+    "power_of_two": pickers.PowerOfTwoPicker,
 }
 
 
@@ -41,7 +41,7 @@ class PluginError(ValueError):
     pass
 
 
-def import_string(target: str) -> type[Any]:
+def import_string(target: str) -> Callable[..., object]:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise PluginError(f"{target!r} is neither a built-in plugin nor 'module:Class'")
@@ -50,17 +50,43 @@ def import_string(target: str) -> type[Any]:
     except ImportError as exc:
         raise PluginError(f"cannot import {module_name!r}: {exc}") from exc
     try:
-        found: type[Any] = getattr(module, attr)
+        found: Callable[..., object] = getattr(module, attr)
     except AttributeError as exc:
         raise PluginError(f"{module_name!r} has no attribute {attr!r}") from exc
     return found
 
 
-def build(kind: str, spec: PluginSpec, extra: dict[str, type[Any]] | None = None) -> Any:
-    """Instantiate one plugin of ``kind`` ("filter", "scorer", "picker") from its spec."""
-    table = {**BUILTIN[kind], **(extra or {})}
-    cls = table.get(spec.type) or import_string(spec.type)
+def _make(kind: str, table: Mapping[str, Callable[..., object]], spec: PluginSpec) -> object:
+    factory = table.get(spec.type) or import_string(spec.type)
     try:
-        return cls(**spec.params)
+        return factory(**spec.params)
     except TypeError as exc:
         raise PluginError(f"{kind} {spec.type!r}: bad params: {exc}") from exc
+
+
+def _unfit(kind: str, spec: PluginSpec, protocol: str) -> PluginError:
+    return PluginError(
+        f"{kind} {spec.type!r} does not implement the {protocol} protocol "
+        "(see policies/README.md, 'Your own plugins')"
+    )
+
+
+def build_filter(spec: PluginSpec) -> Filter:
+    plugin = _make("filter", FILTERS, spec)
+    if not isinstance(plugin, Filter):
+        raise _unfit("filter", spec, "Filter")
+    return plugin
+
+
+def build_scorer(spec: PluginSpec) -> Scorer:
+    plugin = _make("scorer", SCORERS, spec)
+    if not isinstance(plugin, Scorer):
+        raise _unfit("scorer", spec, "Scorer")
+    return plugin
+
+
+def build_picker(spec: PluginSpec) -> Picker:
+    plugin = _make("picker", PICKERS, spec)
+    if not isinstance(plugin, Picker):
+        raise _unfit("picker", spec, "Picker")
+    return plugin

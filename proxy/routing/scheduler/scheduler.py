@@ -1,26 +1,47 @@
-"""The scheduler: run the policy's filters, scorers and picker over the live fleet."""
+"""The scheduler: run the policy's filters, scorers and picker over the live fleet.
+
+One path decides every request: the filters in policy order, the break-even hysteresis
+moved to the survivors' load (``BreakEvenModel.update``, the only writer of that state),
+every scorer once over all survivors (``score_all``), the weighted sum, then the picker's
+first choice. Explaining (/admin/explain) runs the same steps plugin by plugin and keeps
+the per-plugin scores, which filter dropped what, and the picker's full order.
+
+With 64 backends a Python pass over the fleet costs more than the checks and arithmetic
+in it, so the built-in plugins also come in one-pass forms, used when a profile's
+leading filters (``BuiltinFilters``) or all its scorers (``BuiltinScorers``) are
+built-in: each built-in plugin *is* that pass with itself alone, so the formulas exist
+once, and tests/unit/routing/scheduler/test_decisions.py checks on random fleets that the
+request path decides as the plugin-by-plugin explaining path does. Figures:
+loadtests/README.md (routing decision time).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.policy import Policy
-from proxy.records import RequestInfo
+from proxy.records import RequestInfo, RouteKind, RouteReason
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.routing.scheduler import registry
 from proxy.routing.scheduler.base import (
+    BackendNote,
+    CanarySplit,
     Candidate,
     Filter,
     Picker,
     SchedulingContext,
     Scorer,
 )
-from proxy.routing.scheduler.fastpath import FusedProfile
+from proxy.routing.scheduler.filters import BuiltinFilters
+from proxy.routing.scheduler.scorers import BuiltinScorers
+
+# Scorers whose explanation is the route header's reason (when they carry weight).
+ROUTE_SCORERS = ("break_even", "acceptance")
 
 
 @dataclass(slots=True)
@@ -33,14 +54,18 @@ class Decision:
 
     request: RequestInfo
     chosen: Candidate | None
-    dropped: dict[str, str] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
+    # What the plugins saw and noted (None: a decision not made by a scheduler).
     context: SchedulingContext | None = None
-    # Either the full order (explaining, or a picker without a fast path), or what it is
-    # built from on demand: the scored backends and their totals.
+    dropped: dict[str, str] = field(default_factory=dict)
+    # Either the picker's full order (explaining), or what it is built from on demand:
+    # the scored backends and their totals.
     full_order: list[Candidate] | None = None
     backends: list[BackendState] = field(default_factory=list)
     totals: list[float] = field(default_factory=list)
+
+    @property
+    def notes(self) -> dict[str, BackendNote]:
+        return self.context.notes if self.context is not None else {}
 
     @property
     def ordered(self) -> list[Candidate]:
@@ -55,18 +80,36 @@ class Decision:
         return self.full_order
 
 
-PickFirst = Callable[[SchedulingContext, list[BackendState], list[float]], int]
+def _weighted_sum(columns: list[tuple[float, Sequence[float]]], size: int) -> list[float]:
+    """``sum(weight * column[i])`` per backend, added in column order. Up to three columns
+    (the shipped profile has three scorers) in one pass: a list built per column costs more
+    than the arithmetic with 64 backends."""
+    if not columns:
+        return [0.0] * size
+    if len(columns) == 3:
+        (w0, c0), (w1, c1), (w2, c2) = columns
+        return [w0 * a + w1 * b + w2 * c for a, b, c in zip(c0, c1, c2, strict=True)]
+    (w0, c0), *rest = columns
+    totals = [w0 * v for v in c0]
+    for weight, column in rest:
+        totals = [t + weight * v for t, v in zip(totals, column, strict=True)]
+    return totals
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Profile:
-    filters: list[Filter]
-    scorers: list[tuple[Scorer, float]]
+    filters: tuple[Filter, ...]
+    scorers: tuple[tuple[Scorer, float], ...]
     picker: Picker
-    # The picker's fast form, when it has one: the first choice's index only.
-    pick_first: PickFirst | None = None
-    # The same plugins in fused passes, when they are all built-in (fastpath.py).
-    fused: FusedProfile | None = None
+    # The leading built-in filters in one pass (None: each filter on its own).
+    leading: BuiltinFilters | None
+    # The scorers in one pass, when they are all built-in (else None: one call each).
+    builtin: BuiltinScorers | None
+    # The weighted scorers that explain a route (ROUTE_SCORERS), in policy order.
+    route_scorers: tuple[Scorer, ...]
+    # Whether a weighted break-even scorer decides: the route's kind then says whether the
+    # chosen speculative backend was below its break-even.
+    break_even_decides: bool
 
 
 class Scheduler:
@@ -78,30 +121,33 @@ class Scheduler:
         fleet: Fleet,
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
+        canary: CanarySplit | None = None,
         latency: LatencyModel | None = None,
     ) -> None:
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
+        self.canary = canary
         self.latency = latency or LatencyModel(policy, acceptance)
         self.policy = policy
         self._profile = self.build_profile(policy)
-        # Shared read-only services plugins may consult (the canary controller).
-        self.extras: dict[str, Any] = {}
 
     @staticmethod
     def build_profile(policy: Policy) -> _Profile:
         """Build (and so validate) every plugin of a policy; raises PluginError."""
         routing = policy.routing
-        profile = _Profile(
-            filters=[registry.build("filter", spec) for spec in routing.filters],
-            scorers=[(registry.build("scorer", spec), spec.weight) for spec in routing.scorers],
-            picker=registry.build("picker", routing.picker),
+        scorers = tuple((registry.build_scorer(spec), spec.weight) for spec in routing.scorers)
+        weighted = [scorer for scorer, weight in scorers if weight > 0]
+        filters = tuple(registry.build_filter(spec) for spec in routing.filters)
+        return _Profile(
+            filters=filters,
+            scorers=scorers,
+            picker=registry.build_picker(routing.picker),
+            leading=BuiltinFilters.leading(filters),
+            builtin=BuiltinScorers.of(scorers),
+            route_scorers=tuple(s for s in weighted if s.name in ROUTE_SCORERS),
+            break_even_decides=any(s.name == "break_even" for s in weighted),
         )
-        profile.pick_first = getattr(profile.picker, "pick_first", None)
-        if profile.pick_first is not None:
-            profile.fused = FusedProfile.compile(profile.filters, profile.scorers)
-        return profile
 
     def apply_policy(self, policy: Policy) -> None:
         profile = self.build_profile(policy)
@@ -109,132 +155,151 @@ class Scheduler:
         self._profile = profile
 
     def schedule(self, request: RequestInfo, *, explain: bool = False) -> Decision:
-        ctx = self._context(request)
-        ctx.explain = explain
         profile = self._profile
-        if profile.fused is not None and profile.pick_first is not None and not explain:
-            fused = profile.fused.run(ctx)
-            if fused is not None:
-                return self._decide(ctx, profile.pick_first, *fused)
+        ctx = self._context(request, explain)
+        dropped: dict[str, str] | None = {} if explain else None
+        backends = self._filter(profile, ctx, dropped)
+        # The hysteresis state moves here, before scoring, and nowhere else.
+        self.break_even.update(backends)
+        if explain:
+            return self._explained(profile, ctx, backends, dropped or {})
+        if not backends:
+            return Decision(request, None, ctx)
+        totals = self._totals(profile, ctx, backends, None)
+        first = profile.picker.first(ctx, backends, totals)
+        chosen = Candidate(backends[first], totals[first])
+        return Decision(request, chosen, ctx, backends=backends, totals=totals)
+
+    def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
+        return SchedulingContext(
+            request,
+            self.fleet,
+            self.policy,
+            self.acceptance,
+            self.break_even,
+            self.latency,
+            self.canary,
+            explain=explain,
+        )
+
+    def _filter(
+        self, profile: _Profile, ctx: SchedulingContext, dropped: dict[str, str] | None
+    ) -> list[BackendState]:
+        """The backends every filter keeps (a soft filter that would keep none is
+        skipped); when ``dropped`` is given, which filter dropped each of the others."""
         backends: list[BackendState] = list(self.fleet.backends.values())
-        dropped: dict[str, str] = {}
-        for flt in profile.filters:
+        filters: Sequence[Filter] = profile.filters
+        leading = profile.leading
+        if leading is not None and dropped is None and (ctx.canary is None or not leading.canary):
+            backends = leading.apply(ctx, backends)
+            filters = filters[leading.count :] if backends else ()
+        for flt in filters:
             kept = flt.filter(ctx, backends)
             if not kept and flt.soft:
                 continue
-            if explain and len(kept) != len(backends):
+            if dropped is not None and len(kept) != len(backends):
                 kept_names = {b.name for b in kept}
-                for b in backends:
-                    if b.name not in kept_names:
-                        dropped[b.name] = flt.name
+                dropped.update((b.name, flt.name) for b in backends if b.name not in kept_names)
             backends = kept
             if not backends:
                 break
         if ctx.forced is not None and all(b.name != ctx.forced for b in backends):
             ctx.forced = None
-        # Scorer by scorer over all backends (fewer Python-level lookups than backend by
-        # backend); per-plugin scores are kept only when explaining.
-        totals: list[float] | None = None
-        per_plugin: dict[str, list[float]] = {}
+        return backends
+
+    def _totals(
+        self,
+        profile: _Profile,
+        ctx: SchedulingContext,
+        backends: list[BackendState],
+        per_plugin: dict[str, Sequence[float]] | None,
+    ) -> list[float]:
+        """Each backend's weighted score (times its policy weight); each scorer's own
+        scores go into ``per_plugin`` when it is given."""
+        if per_plugin is None and profile.builtin is not None:
+            return profile.builtin.totals(ctx, backends, self.fleet.weighted)
+        columns: list[tuple[float, Sequence[float]]] = []
         for scorer, weight in profile.scorers:
-            score_all = getattr(scorer, "score_all", None)
-            if score_all is not None:
-                values: list[float] = score_all(ctx, backends)
-            else:
-                score = scorer.score
-                values = [score(ctx, b) for b in backends]
-            if explain:
+            values = scorer.score_all(ctx, backends)
+            if per_plugin is not None:
                 per_plugin[scorer.name] = values
-            if not weight:
-                continue
-            if totals is None:
-                totals = values if weight == 1.0 else [weight * v for v in values]
-            else:
-                totals = [t + weight * v for t, v in zip(totals, values, strict=True)]
-        if totals is None:
-            totals = [0.0] * len(backends)
+            if weight:
+                columns.append((weight, values))
+        totals = _weighted_sum(columns, len(backends))
         if self.fleet.weighted:
             totals = [t * b.weight for t, b in zip(totals, backends, strict=True)]
-        picker = profile.picker
-        if not explain and profile.pick_first is not None:
-            return self._decide(ctx, profile.pick_first, backends, totals)
-        candidates = [
-            Candidate(
-                b,
-                totals[i],
-                {name: values[i] for name, values in per_plugin.items()} if explain else {},
-            )
-            for i, b in enumerate(backends)
-        ]
-        ordered = picker.pick(ctx, candidates)
-        return Decision(
-            request,
-            ordered[0] if ordered else None,
-            dropped,
-            ctx.notes,
-            ctx if explain else None,
-            ordered,
-        )
+        return totals
 
-    @staticmethod
-    def _decide(
+    def _explained(
+        self,
+        profile: _Profile,
         ctx: SchedulingContext,
-        pick_first: PickFirst,
         backends: list[BackendState],
-        totals: list[float],
+        dropped: dict[str, str],
     ) -> Decision:
-        """The request path's decision: the picker's first choice only."""
-        chosen = None
-        if backends:
-            first = pick_first(ctx, backends, totals)
-            chosen = Candidate(backends[first], totals[first])
-        return Decision(ctx.request, chosen, {}, ctx.notes, None, None, backends, totals)
+        """The decision with every candidate's per-plugin scores, in the picker's order."""
+        per_plugin: dict[str, Sequence[float]] = {}
+        totals = self._totals(profile, ctx, backends, per_plugin)
+        order = profile.picker.order(ctx, backends, totals) if backends else []
+        ordered = [
+            Candidate(
+                backends[i], totals[i], {name: values[i] for name, values in per_plugin.items()}
+            )
+            for i in order
+        ]
+        chosen = ordered[0] if ordered else None
+        return Decision(ctx.request, chosen, ctx, dropped, ordered)
 
-    def _context(self, request: RequestInfo) -> SchedulingContext:
-        return SchedulingContext(
-            request=request,
-            fleet=self.fleet,
-            policy=self.policy,
-            acceptance=self.acceptance,
-            break_even=self.break_even,
-            latency=self.latency,
-            extras=self.extras,
-        )
-
-    def reason(self, decision: Decision) -> str:
-        """One line on why the first choice won, for the x-specroute-route header."""
+    def reason(self, decision: Decision) -> RouteReason:
+        """Why the first choice won: a kind for the metric label, a line for the
+        x-specroute-route header (the filters' note, then the route scorers' explanations)."""
         chosen = decision.chosen
         if chosen is None:
-            return "no eligible backend"
+            return RouteReason(RouteKind.NONE, "no eligible backend")
+        backend = chosen.backend
         ctx = decision.context or self._context(decision.request)
-        note = decision.notes.get(chosen.backend.name)
-        parts = [note] if note else []
-        for scorer, weight in self._profile.scorers:
-            if weight > 0 and scorer.name in ("break_even", "acceptance"):
-                parts.append(scorer.explain(ctx, chosen.backend))
-        return "; ".join(parts) or f"score {chosen.total:.2f}"
+        note = decision.notes.get(backend.name)
+        parts: list[str] = [note] if note else []
+        parts += [scorer.explain(ctx, backend) for scorer in self._profile.route_scorers]
+        return RouteReason(
+            self._route_kind(backend, note), "; ".join(parts) or f"score {chosen.total:.2f}"
+        )
+
+    def _route_kind(self, backend: BackendState, note: BackendNote | None) -> RouteKind:
+        if note is BackendNote.ACCEPTANCE_PROBE:
+            return RouteKind.ACCEPTANCE_PROBE
+        if note is BackendNote.CANARY:
+            return RouteKind.CANARY
+        if not backend.speculative:
+            return RouteKind.PLAIN
+        if self._profile.break_even_decides and backend.spec_on:
+            return RouteKind.BELOW_BREAK_EVEN
+        return RouteKind.SPECULATIVE
 
     def explain(self, decision: Decision) -> dict[str, Any]:
         """Every backend's per-plugin scores and notes, for /admin/explain."""
         ctx = decision.context
-        assert ctx is not None, "schedule(..., explain=True) first"
-        rows = []
-        for rank, cand in enumerate(decision.ordered):
-            rows.append(
-                {
-                    "rank": rank,
-                    "backend": cand.backend.name,
-                    "pool": cand.backend.spec.pool,
-                    "total": round(cand.total, 6),
-                    "scores": {k: round(v, 6) for k, v in cand.scores.items()},
-                    "why": {s.name: s.explain(ctx, cand.backend) for s, _ in self._profile.scorers},
-                    "note": decision.notes.get(cand.backend.name),
-                }
-            )
+        if ctx is None or not ctx.explain:
+            raise ValueError("explain() needs a decision from schedule(..., explain=True)")
+        scorers = self._profile.scorers
+        rows = [
+            {
+                "rank": rank,
+                "backend": cand.backend.name,
+                "pool": cand.backend.spec.pool,
+                "total": round(cand.total, 6),
+                "scores": {k: round(v, 6) for k, v in cand.scores.items()},
+                "why": {s.name: s.explain(ctx, cand.backend) for s, _ in scorers},
+                "note": decision.notes.get(cand.backend.name),
+            }
+            for rank, cand in enumerate(decision.ordered)
+        ]
+        reason = self.reason(decision)
         return {
             "chosen": decision.chosen.backend.name if decision.chosen else None,
-            "reason": self.reason(decision),
+            "reason": reason.text,
+            "reason_kind": reason.kind,
             "candidates": rows,
             "filtered_out": decision.dropped,
-            "weights": {s.name: w for s, w in self._profile.scorers},
+            "weights": {s.name: w for s, w in scorers},
         }

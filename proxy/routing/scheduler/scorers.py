@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from proxy.policy import BackendSpec
 from proxy.routing.fleet import BackendState
 from proxy.routing.scheduler.base import SchedulingContext
 
@@ -23,7 +28,8 @@ DRAFT_COST = {
 class BreakEvenScorer:
     """Prefer speculation below each pool's break-even concurrency, plain above it.
 
-    Speculative backend: 1 while its pool's hysteresis state says "speculate", else 0.
+    Speculative backend: 1 while its hysteresis state says "speculate"
+    (``BackendState.spec_on``, moved by ``BreakEvenModel.update`` before scoring), else 0.
     Plain backend: ``plain_score`` (1.0: below break-even the two score alike and the other
     scorers decide; past it the speculative backend loses the weight; lower values make
     this scorer itself prefer speculation below break-even).
@@ -34,21 +40,45 @@ class BreakEvenScorer:
     def __init__(self, plain_score: float = 1.0) -> None:
         self.plain_score = plain_score
 
-    def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        if not backend.speculative:
-            return self.plain_score
-        return 1.0 if ctx.break_even.speculating(backend) else 0.0
-
-    def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
-        return ctx.break_even.levels(backends, self.plain_score)
+    def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
+        return BuiltinScorers(break_even=self, break_even_weight=1.0).totals(ctx, backends)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
             return "plain"
         threshold = ctx.break_even.threshold(backend.pool)
-        # The state the last scoring pass left (explaining must not move the hysteresis).
         relation = "<" if backend.spec_on else ">="
         return f"load {backend.inflight} {relation} break-even {threshold:.0f}"
+
+
+@dataclass(slots=True)
+class _Line:
+    """One speculative backend's score for one prompt class, as a line in the acceptance
+    rate a: ``slope * a + intercept``, clamped to [0, 1].
+
+    That is ``(speed-up - 1) / (max_speedup - 1)`` with speed-up ``(1 + a k) / cost``, the
+    constants folded once per backend because the request path scores every speculative
+    backend. The last rate scored is kept with its score: a rate changes only when an
+    observation arrives, so most requests reuse the score.
+    """
+
+    spec: BackendSpec
+    slope: float
+    intercept: float
+    # The method's prior rate for this class (None: no prior in the policy).
+    prior: float | None
+    rate: float = math.nan
+    score: float = 0.0
+
+    def gain(self, a: float) -> float:
+        """The unclamped score at rate ``a``."""
+        return self.slope * a + self.intercept
+
+    def rescore(self, a: float) -> float:
+        gain = self.gain(a)
+        self.rate = a
+        self.score = 0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain
+        return self.score
 
 
 class AcceptanceScorer:
@@ -57,8 +87,9 @@ class AcceptanceScorer:
     With draft acceptance rate a (accepted / drafted tokens, vLLM's
     ``draft_acceptance_rate``) and k drafts, a step yields 1 + a*k tokens (vLLM's mean
     acceptance length) for a cost of 1 + k * (verify + draft cost); the score maps speed-up
-    1..max_speedup to 0..1. Until a (backend, class) window has enough requests, the
-    policy's prior for the method and class stands in. Plain backends score 0.
+    1..max_speedup to 0..1 (``_Line``). Until a (backend, class) window has enough requests,
+    the policy's prior for the method and class stands in, then the backend's scraped
+    window, then 0.5. Plain backends score 0.
     """
 
     name = "acceptance"
@@ -66,74 +97,63 @@ class AcceptanceScorer:
     def __init__(self, max_speedup: float = 4.0, verify_cost: float = 0.02) -> None:
         self.max_speedup = max_speedup
         self.verify_cost = verify_cost
-        # Per backend: (the spec it was computed from, slope, intercept) of the score as a
-        # line in the acceptance rate (see ``line``); recomputed when the spec changes.
-        self.shapes: dict[str, tuple[object, float, float]] = {}
+        # Per class, per backend: its line (rebuilt when the backend's spec changes).
+        self._lines: dict[str, dict[str, _Line]] = {}
+        # The priors the lines were built with (a policy change drops them all).
+        self._priors: object = None
 
     def cost(self, backend: BackendState) -> tuple[int, float]:
         """(k, relative cost of one speculative step) for a backend."""
         k = max(backend.k, 1)
         return k, 1.0 + k * (self.verify_cost + DRAFT_COST.get(backend.method, 0.1))
 
-    def line(self, backend: BackendState) -> tuple[object, float, float]:
-        """The unclamped score as ``slope * a + intercept`` in the acceptance rate a:
-        ((1 + a k) / cost - 1) / (max_speedup - 1), with the constants folded per backend
-        because the request path evaluates it for every speculative backend."""
+    def lines_for(self, ctx: SchedulingContext, label: str) -> dict[str, _Line]:
+        priors = ctx.policy.acceptance.priors
+        if priors is not self._priors:
+            self._lines.clear()
+            self._priors = priors
+        lines = self._lines.get(label)
+        if lines is None:
+            lines = self._lines[label] = {}
+        return lines
+
+    def _build(self, ctx: SchedulingContext, label: str, backend: BackendState) -> _Line:
         k, cost = self.cost(backend)
         inv_span = 1.0 / (self.max_speedup - 1.0)
-        shape = (backend.spec, k / cost * inv_span, (1.0 / cost - 1.0) * inv_span)
-        self.shapes[backend.name] = shape
-        return shape
+        prior = (ctx.policy.acceptance.priors.get(backend.method) or {}).get(label)
+        line = _Line(backend.spec, k / cost * inv_span, (1.0 / cost - 1.0) * inv_span, prior)
+        self.lines_for(ctx, label)[backend.name] = line
+        return line
 
-    def acceptance(self, ctx: SchedulingContext, backend: BackendState) -> tuple[float, str]:
-        label = ctx.request.label
-        measured = ctx.acceptance.measured(backend.name, label)
-        if measured is not None:
-            return measured, "measured"
-        prior = ctx.policy.acceptance.priors.get(backend.method, {}).get(label)
-        if prior is None and backend.window_acceptance is not None:
+    @staticmethod
+    def fallback(line: _Line, backend: BackendState) -> tuple[float, str]:
+        """The rate to assume until measured, and where it comes from."""
+        if line.prior is not None:
+            return line.prior, "prior"
+        if backend.window_acceptance is not None:
             return backend.window_acceptance, "backend"
-        return (prior if prior is not None else 0.5), "prior"
+        return 0.5, "prior"
 
-    def speedup(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        a, _ = self.acceptance(ctx, backend)
-        k, cost = self.cost(backend)
-        return (1.0 + a * k) / cost
+    def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
+        return BuiltinScorers(acceptance=self, acceptance_weight=1.0).totals(ctx, backends)
 
-    def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        return self.score_all(ctx, [backend])[0]
-
-    def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
-        """``score`` for every backend, with the lookups hoisted out of the loop (hot path)."""
-        label = ctx.request.label
-        measured = ctx.acceptance.usable.get(label) or {}
-        priors = ctx.policy.acceptance.priors
-        shapes = self.shapes
-        out: list[float] = []
-        append = out.append
-        for b in backends:
-            if not b.speculative:
-                append(0.0)
-                continue
-            shape = shapes.get(b.name)
-            if shape is None or shape[0] is not b.spec:
-                shape = self.line(b)
-            a = measured.get(b.name)
-            if a is None:
-                by_class = priors.get(b.method)
-                a = by_class.get(label) if by_class is not None else None
-                if a is None:
-                    a = b.window_acceptance if b.window_acceptance is not None else 0.5
-            gain = shape[1] * a + shape[2]
-            append(0.0 if gain < 0.0 else 1.0 if gain > 1.0 else gain)
-        return out
+    def line(self, ctx: SchedulingContext, label: str, backend: BackendState) -> _Line:
+        """This backend's line for the class (built on first use, rebuilt when its spec or
+        the policy's priors change)."""
+        line = self.lines_for(ctx, label).get(backend.name)
+        if line is None or line.spec is not backend.spec:
+            line = self._build(ctx, label, backend)
+        return line
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         if not backend.speculative:
             return "no speculation"
-        a, source = self.acceptance(ctx, backend)
-        k, cost = self.cost(backend)
-        return f"acceptance {a:.2f} ({source}), speed-up {(1.0 + a * k) / cost:.2f}x"
+        label = ctx.request.label
+        line = self.line(ctx, label, backend)
+        a = (ctx.acceptance.usable.get(label) or {}).get(backend.name)
+        a, source = (a, "measured") if a is not None else self.fallback(line, backend)
+        speedup = 1.0 + line.gain(a) * (self.max_speedup - 1.0)
+        return f"acceptance {a:.2f} ({source}), speed-up {speedup:.2f}x"
 
 
 class LoadScorer:
@@ -166,38 +186,8 @@ class LoadScorer:
         # Utilisation per pending prompt token (multiplied, not divided, on the hot path).
         self.per_prefill_token = 1.0 / prefill_tokens_full if prefill_tokens_full else 0.0
 
-    def utilisation(self, backend: BackendState) -> float:
-        """The unclamped utilisation of the class docstring (same operations, same order
-        as ``score_all``, so both give bit-identical scores)."""
-        util = (backend.local_inflight + backend.others_inflight) / backend.max_concurrency
-        if backend.kv_usage > util:
-            util = backend.kv_usage
-        if backend.prefill_pending:
-            util += self.per_prefill_token * backend.prefill_pending
-        if backend.waiting:
-            util += self.waiting_penalty * backend.waiting
-        return util
-
-    def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        util = self.utilisation(backend)
-        return 0.0 if util >= 1.0 else 1.0 - util
-
-    def score_all(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[float]:
-        """``score`` for every backend in one pass, the formula inlined (hot path)."""
-        penalty = self.waiting_penalty
-        per_token = self.per_prefill_token
-        out: list[float] = []
-        append = out.append
-        for b in backends:
-            util = (b.local_inflight + b.others_inflight) / b.max_concurrency
-            if b.kv_usage > util:
-                util = b.kv_usage
-            if b.prefill_pending:
-                util += per_token * b.prefill_pending
-            if b.waiting:
-                util += penalty * b.waiting
-            append(0.0 if util >= 1.0 else 1.0 - util)
-        return out
+    def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
+        return BuiltinScorers(load=self, load_weight=1.0).totals(ctx, backends)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         limit = backend.max_concurrency
@@ -210,4 +200,89 @@ class LoadScorer:
             parts[-1] += f" ({self.per_prefill_token * backend.prefill_pending:.0%} of full)"
         if backend.waiting:
             parts.append(f"waiting {backend.waiting:g}")
-        return f"{', '.join(parts)}: utilisation {self.utilisation(backend):.0%}"
+        score = self.score_all(ctx, [backend])[0]
+        # The score is 1 - utilisation, down to 0 at full: past full, the terms above say
+        # by how much.
+        utilisation = f"{1.0 - score:.0%}" if score > 0.0 else ">= 100%"
+        return f"{', '.join(parts)}: utilisation {utilisation}"
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinScorers:
+    """The built-in scorers of a profile (None: absent or weight 0) and their weights,
+    scored in one pass: the one place their formulas are written.
+
+    Each built-in scorer's ``score_all`` is this pass with itself alone at weight 1; the
+    scheduler runs it once with all of them when a profile's scorers are all built-in,
+    each kind once (``of``), because a pass per scorer and one more to add them up cost
+    more than the arithmetic with 64 backends (loadtests/README.md, routing decision time).
+    """
+
+    break_even: BreakEvenScorer | None = None
+    break_even_weight: float = 0.0
+    acceptance: AcceptanceScorer | None = None
+    acceptance_weight: float = 0.0
+    load: LoadScorer | None = None
+    load_weight: float = 0.0
+
+    @classmethod
+    def of(cls, scorers: Sequence[tuple[object, float]]) -> BuiltinScorers | None:
+        """The one-pass form of a profile's scorers, or None when one is not built-in or a
+        kind is there twice."""
+        kinds = [type(scorer) for scorer, _ in scorers]
+        if len(set(kinds)) != len(kinds):
+            return None
+        found = cls()
+        for scorer, weight in scorers:
+            if isinstance(scorer, BreakEvenScorer):
+                found = replace(found, break_even=scorer, break_even_weight=weight)
+            elif isinstance(scorer, AcceptanceScorer):
+                found = replace(found, acceptance=scorer, acceptance_weight=weight)
+            elif isinstance(scorer, LoadScorer):
+                found = replace(found, load=scorer, load_weight=weight)
+            else:
+                return None
+        return found
+
+    def totals(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], weighted: bool = False
+    ) -> list[float]:
+        """Per backend, the weighted sum of the scores (times its policy weight when
+        ``weighted``), added in the order break-even, acceptance, load."""
+        be, acc, load = self.break_even, self.acceptance, self.load
+        w_be, w_acc, w_load = self.break_even_weight, self.acceptance_weight, self.load_weight
+        be_on = be is not None and w_be != 0.0
+        plain_total = w_be * be.plain_score if be is not None and be_on else 0.0
+        label = ctx.request.label
+        measured = ctx.acceptance.usable.get(label) or {}
+        lines = acc.lines_for(ctx, label) if acc is not None and w_acc else None
+        per_token = load.per_prefill_token if load is not None and w_load else None
+        penalty = load.waiting_penalty if load is not None else 0.0
+        out: list[float] = []
+        append = out.append
+        for b in backends:
+            total = 0.0
+            if not b.speculative:
+                total = plain_total
+            else:
+                if be_on and b.spec_on:
+                    total = w_be
+                if lines is not None and acc is not None:
+                    line = lines.get(b.name)
+                    if line is None or line.spec is not b.spec:
+                        line = acc.line(ctx, label, b)
+                    a = measured.get(b.name)
+                    if a is None:
+                        a = acc.fallback(line, b)[0]
+                    total += w_acc * (line.score if a == line.rate else line.rescore(a))
+            if per_token is not None:
+                util = b.inflight / b.max_concurrency
+                if b.kv_usage > util:
+                    util = b.kv_usage
+                if b.prefill_pending:
+                    util += per_token * b.prefill_pending
+                if b.waiting:
+                    util += penalty * b.waiting
+                total += w_load * (0.0 if util >= 1.0 else 1.0 - util)
+            append(total * b.weight if weighted else total)
+        return out

@@ -20,6 +20,10 @@ def context(s: Scheduler, label: str = "chat") -> SchedulingContext:
     )
 
 
+def score(scorer: LoadScorer, ctx: SchedulingContext, b: BackendState) -> float:
+    return scorer.score_all(ctx, [b])[0]
+
+
 def one_backend(**state: float) -> tuple[Scheduler, BackendState]:
     s = healthy_scheduler(make_policy(backend("a", "plain", max_concurrency=100)))
     b = s.fleet.backends["a"]
@@ -32,12 +36,12 @@ def test_pending_prefill_and_the_queue_add_to_the_fuller_of_slots_and_kv() -> No
     s, b = one_backend(others_inflight=20, kv_usage=0.3, prefill_pending=250, waiting=2)
     ctx = context(s)
     # max(20/100, 0.3) + 250/1000 + 0.05*2
-    assert LoadScorer(prefill_tokens_full=1000).score(ctx, b) == pytest.approx(1 - 0.65)
-    assert LoadScorer(prefill_tokens_full=0).score(ctx, b) == pytest.approx(1 - 0.4)
+    assert score(LoadScorer(prefill_tokens_full=1000), ctx, b) == pytest.approx(1 - 0.65)
+    assert score(LoadScorer(prefill_tokens_full=0), ctx, b) == pytest.approx(1 - 0.4)
     b.kv_usage = 0.0
-    assert LoadScorer(prefill_tokens_full=1000).score(ctx, b) == pytest.approx(1 - 0.55)
+    assert score(LoadScorer(prefill_tokens_full=1000), ctx, b) == pytest.approx(1 - 0.55)
     b.prefill_pending = 2000  # more than a full backend's worth: clamped
-    assert LoadScorer(prefill_tokens_full=1000).score(ctx, b) == 0.0
+    assert score(LoadScorer(prefill_tokens_full=1000), ctx, b) == 0.0
 
 
 def test_default_counts_a_long_prompt_like_many_short_requests() -> None:
@@ -45,10 +49,10 @@ def test_default_counts_a_long_prompt_like_many_short_requests() -> None:
     s, b = one_backend(prefill_pending=1500)
     scorer = LoadScorer()
     assert scorer.prefill_tokens_full == 16384
-    assert scorer.score(context(s), b) == pytest.approx(1 - 1500 / 16384)
+    assert score(scorer, context(s), b) == pytest.approx(1 - 1500 / 16384)
 
 
-def test_score_all_equals_score_exactly() -> None:
+def test_batch_scores_equal_one_backend_at_a_time() -> None:
     rng = random.Random(5)
     s = healthy_scheduler(mixed_fleet())
     backends = list(s.fleet.backends.values())
@@ -60,7 +64,8 @@ def test_score_all_equals_score_exactly() -> None:
                 b.waiting = rng.choice([0, 0, 1, 3])
                 b.prefill_pending = rng.choice([0, 0, rng.randint(1, 20000)])
             ctx = context(s)
-            assert scorer.score_all(ctx, backends) == [scorer.score(ctx, b) for b in backends]
+            scores = scorer.score_all(ctx, backends)
+            assert scores == [score(scorer, ctx, b) for b in backends]
 
 
 def test_negative_prefill_tokens_full_is_refused() -> None:
@@ -83,7 +88,7 @@ def test_explain_shows_every_term() -> None:
 
 
 def test_pending_prefill_moves_the_next_request_to_an_equally_loaded_backend() -> None:
-    s = healthy_scheduler(make_policy(backend("a", "plain"), backend("b", "plain")), fused=False)
+    s = healthy_scheduler(make_policy(backend("a", "plain"), backend("b", "plain")))
     a, b = s.fleet.backends["a"], s.fleet.backends["b"]
     a.others_inflight = b.others_inflight = 10
     a.prefill_pending = 3000
@@ -97,7 +102,7 @@ def test_pending_prefill_moves_the_next_request_to_an_equally_loaded_backend() -
 
 
 def test_shipped_profile_spreads_long_prompts_waiting_for_prefill() -> None:
-    s = healthy_scheduler(mixed_fleet(), fused=False)
+    s = healthy_scheduler(mixed_fleet())
     ngram, eagle = s.fleet.backends["ngram-0"], s.fleet.backends["eagle-0"]
 
     def rag() -> str:
@@ -113,17 +118,3 @@ def test_shipped_profile_spreads_long_prompts_waiting_for_prefill() -> None:
     assert rag() == "plain-0"
     ngram.prefill_pending = eagle.prefill_pending = 0
     assert rag() == "ngram-0"
-
-
-def test_fused_pass_counts_pending_prefill_as_the_pipeline_does() -> None:
-    fused, pipeline = (
-        healthy_scheduler(mixed_fleet()),
-        healthy_scheduler(mixed_fleet(), fused=False),
-    )
-    assert fused._profile.fused is not None
-    totals = []
-    for s in (fused, pipeline):
-        s.fleet.backends["ngram-0"].prefill_pending = 12000
-        decision = s.schedule(RequestInfo("m", "rag"))
-        totals.append({c.backend.name: round(c.total, 9) for c in decision.ordered})
-    assert totals[0] == totals[1]

@@ -2,7 +2,8 @@ from collections import Counter
 
 import pytest
 
-from proxy.records import RequestInfo
+from proxy.records import RequestInfo, RouteKind, RouteReason
+from proxy.routing.scheduler.base import CanaryArm
 from proxy.routing.scheduler.registry import PluginError
 from proxy.routing.scheduler.scheduler import Scheduler
 from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, mixed_fleet
@@ -117,4 +118,57 @@ def test_batch_scoring_equals_per_backend_scoring() -> None:
             RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even, s.latency
         )
         for scorer in (BreakEvenScorer(), AcceptanceScorer(), LoadScorer()):
-            assert scorer.score_all(ctx, backends) == [scorer.score(ctx, b) for b in backends]
+            assert scorer.score_all(ctx, backends) == [
+                scorer.score_all(ctx, [b])[0] for b in backends
+            ]
+
+
+class FixedSplit:
+    """A canary split with a fixed verdict (the CanarySplit seam, without a controller)."""
+
+    def __init__(self, arm: CanaryArm, candidates: frozenset[str]) -> None:
+        self.arm = arm
+        self.candidates = candidates
+
+    def assign(self, request: RequestInfo) -> CanaryArm:
+        return self.arm
+
+
+def test_the_canary_split_reaches_the_filter_through_its_seam() -> None:
+    policy = mixed_fleet(routing={"filters": [{"type": "healthy"}, {"type": "canary"}]})
+    s = healthy_scheduler(policy)
+    assert chosen(s, "code") == "ngram-0"  # no canary: the scores decide
+    s.canary = FixedSplit("candidate", frozenset({"plain-0"}))
+    decision = s.schedule(RequestInfo(model="m", label="code"))
+    assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
+    assert s.reason(decision) == RouteReason(RouteKind.CANARY, "canary; plain; no speculation")
+    s.canary = FixedSplit("exclude", frozenset({"ngram-0", "plain-0"}))
+    assert {chosen(s, "code") for _ in range(5)} == {"eagle-0"}
+    s.canary = FixedSplit("any", frozenset({"ngram-0"}))
+    assert chosen(s, "code") == "ngram-0"
+
+
+def test_route_reasons_are_built_from_the_decision() -> None:
+    policy = mixed_fleet(pools={"ngram": {"break_even": {"concurrency": 8}}})
+    s = healthy_scheduler(policy)
+    decision = s.schedule(RequestInfo(model="m", label="code"))
+    reason = s.reason(decision)
+    assert reason.kind is RouteKind.BELOW_BREAK_EVEN
+    assert reason.text.startswith("load 0 < break-even 8; acceptance ")
+    s.fleet.backends["ngram-0"].others_inflight = 20  # past break-even: plain wins
+    s.fleet.backends["eagle-0"].healthy = False
+    decision = s.schedule(RequestInfo(model="m", label="code"))
+    assert s.reason(decision) == RouteReason(RouteKind.PLAIN, "plain; no speculation")
+    only_load = mixed_fleet(routing={"scorers": [{"type": "load"}]})
+    s = healthy_scheduler(only_load)
+    s.fleet.backends["plain-0"].healthy = False
+    s.fleet.backends["eagle-0"].healthy = False
+    reason = s.reason(s.schedule(RequestInfo(model="m", label="code")))
+    assert reason == RouteReason(RouteKind.SPECULATIVE, "score 1.00")
+    for _ in range(10):
+        s.acceptance.observe("ngram-0", "code", 0, 4)
+    s.fleet.backends["plain-0"].healthy = True
+    kinds = [s.reason(s.schedule(RequestInfo(model="m", label="code"))).kind for _ in range(40)]
+    assert kinds.count(RouteKind.ACCEPTANCE_PROBE) == 40 // s.policy.acceptance.probe_every
+    assert set(kinds) == {RouteKind.ACCEPTANCE_PROBE, RouteKind.PLAIN}
+    assert s.reason(s.schedule(RequestInfo(model="other", label="code"))).kind is RouteKind.NONE

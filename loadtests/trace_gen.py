@@ -1,0 +1,117 @@
+"""Synthetic traces with a known shape, written in the traffic log's format.
+
+- ``steady``: Poisson arrivals at one rate, one class mix (tests whose answer is known);
+- ``diurnal``: a day compressed into ``--duration`` model seconds: quiet night hours at
+  ``--quiet`` req/s, a morning ramp, an afternoon peak at ``--peak`` req/s and an evening
+  decline (rate(h) = quiet + (peak - quiet) * ((1 - cos(2 pi (h - 4) / 24)) / 2)^2, lowest
+  at 04:00, highest at 16:00); code requests follow working hours (their share rises from
+  10% at night to 35% at the peak), chat the rest with RAG at a steady 25%.
+
+Lengths are log-normal around per-class medians (prompt / output tokens: chat 180 / 120,
+RAG 1100 / 96, code 600 / 200; sigma 0.5, clipped), the shapes of ``loadtests/prompts.py``.
+
+    python -m loadtests.trace_gen diurnal --duration 48 --peak 40 --quiet 4 --out day.jsonl
+    python -m loadtests.trace_gen steady --rate 2 --duration 60 --mix chat --out chat.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from loadtests.prompts import parse_mix
+from loadtests.trace_files import TraceRequest, write_jsonl
+
+LENGTHS = {"chat": (180, 120), "rag": (1100, 96), "code": (600, 200)}
+_CLIP = {"chat": (16, 2000), "rag": (200, 6000), "code": (60, 4000)}
+
+
+def _lognormal(rng: random.Random, median: float, low: int, high: int) -> int:
+    return max(low, min(high, round(rng.lognormvariate(0.0, 0.5) * median)))
+
+
+def synthetic(
+    rate_at: Callable[[float], float],
+    peak_rate: float,
+    duration_s: float,
+    mix_at: Callable[[float], Mapping[str, float]],
+    seed: int = 1,
+    lengths: Mapping[str, tuple[int, int]] | None = None,
+) -> list[TraceRequest]:
+    """A non-homogeneous Poisson process (thinning at ``peak_rate``) with class-shaped
+    lengths (median prompt and output tokens per class: ``lengths`` over ``LENGTHS``);
+    ``mix_at(t)`` gives the class weights at time t."""
+    medians = {**LENGTHS, **(lengths or {})}
+    rng = random.Random(f"trace:{seed}")
+    out, t = [], 0.0
+    while True:
+        t += rng.expovariate(peak_rate)
+        if t >= duration_s:
+            return out
+        if rng.random() * peak_rate >= rate_at(t):
+            continue
+        mix = mix_at(t)
+        label = rng.choices(list(mix), list(mix.values()))[0]
+        prompt, output = medians[label]
+        low, high = _CLIP[label]
+        out.append(
+            TraceRequest(
+                t, _lognormal(rng, prompt, low, high), _lognormal(rng, output, 8, 1024), label
+            )
+        )
+
+
+def steady(
+    rate: float,
+    duration_s: float,
+    mix: Mapping[str, float],
+    seed: int = 1,
+    lengths: Mapping[str, tuple[int, int]] | None = None,
+) -> list[TraceRequest]:
+    return synthetic(lambda _t: rate, rate, duration_s, lambda _t: mix, seed, lengths)
+
+
+def diurnal(
+    duration_s: float, peak_rps: float, quiet_rps: float, seed: int = 1
+) -> list[TraceRequest]:
+    """One day compressed into ``duration_s`` (see the module docstring)."""
+
+    def activity(t: float) -> float:  # 0 at 04:00, 1 at 16:00
+        hour = 24.0 * t / duration_s
+        return ((1 - math.cos(2 * math.pi * (hour - 4) / 24)) / 2) ** 2
+
+    def rate(t: float) -> float:
+        return quiet_rps + (peak_rps - quiet_rps) * activity(t)
+
+    def mix(t: float) -> dict[str, float]:
+        code = 0.10 + 0.25 * activity(t)
+        return {"chat": 1.0 - 0.25 - code, "rag": 0.25, "code": code}
+
+    return synthetic(rate, peak_rps, duration_s, mix, seed)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("kind", choices=["steady", "diurnal"])
+    parser.add_argument("--duration", type=float, default=48.0, help="model seconds")
+    parser.add_argument("--rate", type=float, default=5.0, help="steady: req/s")
+    parser.add_argument("--mix", default="chat=0.5,rag=0.3,code=0.2", help="steady: classes")
+    parser.add_argument("--peak", type=float, default=40.0, help="diurnal: peak req/s")
+    parser.add_argument("--quiet", type=float, default=4.0, help="diurnal: night req/s")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.kind == "steady":
+        trace = steady(args.rate, args.duration, parse_mix(args.mix), args.seed)
+    else:
+        trace = diurnal(args.duration, args.peak, args.quiet, args.seed)
+    write_jsonl(args.out, trace)
+    print(f"{args.out}: {len(trace)} requests over {args.duration:g} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,257 @@
+"""The request path must decide as the explaining path and a per-backend reference do.
+
+The scheduler has one path; it is checked on random fleets three ways: the request path
+(``Picker.first``, no per-plugin scores) against the explaining path (``Picker.order``,
+every plugin's scores), its totals against each scorer run on one backend at a time, and
+the break-even state it leaves against the hysteresis rule applied by hand.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from proxy.policy import Policy
+from proxy.records import RequestInfo
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.scheduler.base import BackendNote, SchedulingContext
+from proxy.routing.scheduler.registry import PluginError
+from proxy.routing.scheduler.scheduler import Decision, Scheduler
+from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy
+
+METHODS = [
+    ("plain", "none", 0),
+    ("ngram", "ngram", 4),
+    ("eagle3", "eagle3", 3),
+    ("draft", "draft_model", 2),
+]
+
+
+def fleet_policy(rng: random.Random, routing: dict[str, Any] | None = None) -> Policy:
+    backends = []
+    for i in range(rng.randint(1, 24)):
+        pool, method, k = METHODS[rng.randrange(len(METHODS))]
+        extra: dict[str, Any] = {"max_concurrency": rng.choice([4, 16, 256])}
+        if rng.random() < 0.2:
+            extra["weight"] = rng.choice([0.5, 2.0])
+        if rng.random() < 0.1:
+            extra["model"] = "other"
+        backends.append(backend(f"{pool}-{i}", pool, method, k, **extra))
+    pools = {b["pool"] for b in backends}
+    break_even = {
+        "ngram": {"concurrency": rng.choice([4, 8, 48])},
+        "eagle3": {"concurrency": rng.choice([4, 8, 64]), "hysteresis": 0.3},
+    }
+    sections: dict[str, Any] = {
+        "pools": {pool: {"break_even": be} for pool, be in break_even.items() if pool in pools},
+        "acceptance": {"min_samples": 3, "recent": 3, "probe_every": 3},
+    }
+    if routing is not None:
+        sections["routing"] = routing
+    return make_policy(*backends, **sections)
+
+
+def randomize(rng: random.Random, s: Scheduler) -> None:
+    for b in s.fleet.backends.values():
+        b.healthy = rng.random() > 0.15
+        b.quarantined = "drift" if rng.random() < 0.1 else None
+        b.local_inflight = rng.randint(0, 3)
+        b.others_inflight = rng.randint(0, 80)
+        b.kv_usage = rng.random() * 0.5
+        b.waiting = rng.choice([0, 0, 0, 2])
+        b.prefill_pending = rng.choice([0, 0, 500, 20000])
+        b.window_acceptance = rng.choice([None, 0.1, 0.7])
+        if b.speculative and rng.random() < 0.3:
+            # Often collapsed, so floors, probes and recoveries all happen.
+            accepted = rng.choice([0.0, 0.0, rng.uniform(0, 4)])
+            s.acceptance.observe(b.name, rng.choice(["chat", "code"]), accepted, 4)
+
+
+def random_request(rng: random.Random, s: Scheduler) -> RequestInfo:
+    exclude = rng.sample(sorted(s.fleet.backends), 1) if rng.random() < 0.2 else []
+    return RequestInfo(
+        model=rng.choice(["m", "m", "other"]),
+        label=rng.choice(["chat", "code", "rag"]),
+        exclude=frozenset(exclude),
+    )
+
+
+def hysteresis(s: Scheduler, b: BackendState, was_on: bool) -> bool:
+    """The break-even rule, by hand: off at or above threshold*(1+h), on at or below
+    threshold*(1-h), else unchanged."""
+    threshold = s.break_even.threshold(b.pool)
+    h = s.break_even.config(b.pool).hysteresis
+    if was_on and b.inflight >= threshold * (1 + h):
+        return False
+    if not was_on and b.inflight <= threshold * (1 - h):
+        return True
+    return was_on
+
+
+def reference_totals(
+    s: Scheduler, request: RequestInfo, backends: Sequence[BackendState]
+) -> list[float]:
+    """Each backend's total with every scorer run on that backend alone, by scorers built
+    afresh (so nothing a scorer caches between requests can go stale unnoticed)."""
+    ctx = SchedulingContext(request, s.fleet, s.policy, s.acceptance, s.break_even, s.latency)
+    scorers = Scheduler.build_profile(s.policy).scorers
+    totals = []
+    for b in backends:
+        total = sum(w * scorer.score_all(ctx, [b])[0] for scorer, w in scorers)
+        totals.append(total * b.weight if s.fleet.weighted else total)
+    return totals
+
+
+def check_choice(d: Decision) -> None:
+    """The first choice is the forced backend, else one with the highest total."""
+    if d.chosen is None:
+        return
+    assert d.context is not None
+    if d.context.forced is not None:
+        assert d.chosen.backend.name == d.context.forced
+    else:
+        assert d.chosen.total >= max(c.total for c in d.ordered) - 1e-6
+
+
+def run_both(s: Scheduler, request: RequestInfo, seed: float) -> tuple[Decision, Decision]:
+    """The request path and the explaining path, each from the same hysteresis state,
+    probe counters and tie-break seed."""
+    states = {n: b.spec_on for n, b in s.fleet.backends.items()}
+    probes = {k: w.probe_counter for k, w in s.acceptance.windows.items()}
+    s._profile.picker._random.seed(seed)  # type: ignore[attr-defined]
+    explained = s.schedule(request, explain=True)
+    for name, state in states.items():
+        s.fleet.backends[name].spec_on = state
+    for key, count in probes.items():
+        s.acceptance.windows[key].probe_counter = count
+    s._profile.picker._random.seed(seed)  # type: ignore[attr-defined]
+    return s.schedule(request), explained
+
+
+ROUTINGS: list[dict[str, Any] | None] = [
+    None,  # the shipped default profile
+    {"scorers": [{"type": "load", "weight": 2}, {"type": "acceptance", "weight": 0.5}]},
+    {
+        "filters": [{"type": "healthy"}, {"type": "capacity"}, {"type": "acceptance_floor"}],
+        "scorers": [{"type": "break_even", "weight": 3, "params": {"plain_score": 1.0}}],
+    },
+    {"filters": [{"type": "acceptance_floor"}, {"type": "model"}, {"type": "capacity"}]},
+    # Built-in filters in an order the one-pass form covers only in part.
+    {"filters": [{"type": t} for t in ("healthy", "quarantine", "capacity", "model")]},
+]
+
+
+@pytest.mark.parametrize("routing", ROUTINGS)
+def test_request_path_decides_as_the_explaining_path_and_the_reference(
+    routing: dict[str, Any] | None,
+) -> None:
+    rng = random.Random(7)
+    decisions = probes_seen = flips = 0
+    for _ in range(60):
+        policy = fleet_policy(rng, routing)
+        s = Scheduler(
+            policy, Fleet(policy), AcceptanceTracker(policy.acceptance), BreakEvenModel(policy)
+        )
+        for _ in range(25):
+            randomize(rng, s)
+            request = random_request(rng, s)
+            before = {n: b.spec_on for n, b in s.fleet.backends.items()}
+            fast, explained = run_both(s, request, rng.random())
+            scored = {c.backend.name: c.total for c in explained.ordered}
+            assert {c.backend.name: c.total for c in fast.ordered} == scored
+            assert fast.notes == explained.notes
+            check_choice(fast)
+            check_choice(explained)
+            backends = [c.backend for c in fast.ordered]
+            for b in s.fleet.backends.values():
+                expected = hysteresis(s, b, before[b.name]) if b in backends else before[b.name]
+                assert b.spec_on == (expected if b.speculative else before[b.name]), b.name
+                flips += b.spec_on != before[b.name]
+            reference = reference_totals(s, request, backends)
+            assert [c.total for c in fast.ordered] == pytest.approx(reference, abs=1e-12)
+            decisions += fast.chosen is not None
+            probes_seen += BackendNote.ACCEPTANCE_PROBE in fast.notes.values()
+    # Most requests found a backend, some met the floor and some moved the hysteresis:
+    # the comparison means something.
+    assert decisions > 500
+    filters = (routing or {}).get("filters")  # None: the default filters, floor included
+    floor = filters is None or {"type": "acceptance_floor"} in filters
+    assert probes_seen > 20 if floor else probes_seen == 0
+    assert flips > 20
+
+
+class ConstantScorer:
+    """A deployment's own scorer (loaded by import string)."""
+
+    name = "constant"
+
+    def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
+        return [0.5] * len(backends)
+
+    def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
+        return "constant"
+
+
+class LastNamePicker:
+    """A deployment's own picker: the alphabetically last backend, whatever the scores."""
+
+    name = "last_name"
+
+    def first(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
+    ) -> int:
+        return max(range(len(backends)), key=lambda i: backends[i].name)
+
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
+        return sorted(range(len(backends)), key=lambda i: backends[i].name, reverse=True)
+
+
+class PerBackendScorer:
+    """A scorer without the batch form: refused when the policy is loaded."""
+
+    name = "per_backend"
+
+    def score(self, ctx: SchedulingContext, backend: BackendState) -> float:
+        return 0.5
+
+    def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
+        return "per backend"
+
+
+HERE = "tests.unit.routing.scheduler.test_decisions"
+
+
+def test_a_deployments_own_plugins_decide_and_explain() -> None:
+    routing = {
+        "scorers": [{"type": f"{HERE}:ConstantScorer"}, {"type": "load"}],
+        "picker": {"type": f"{HERE}:LastNamePicker"},
+    }
+    s = healthy_scheduler(
+        make_policy(backend("a", "plain"), backend("b", "plain"), routing=routing)
+    )
+    s.fleet.backends["b"].others_inflight = 200  # the load scorer prefers a; the picker b
+    decision = s.schedule(RequestInfo("m", "chat"))
+    assert decision.chosen is not None and decision.chosen.backend.name == "b"
+    report = s.explain(s.schedule(RequestInfo("m", "chat"), explain=True))
+    assert [row["backend"] for row in report["candidates"]] == ["b", "a"]
+    assert report["candidates"][0]["why"]["constant"] == "constant"
+    assert report["candidates"][0]["scores"]["constant"] == 0.5
+
+
+def test_a_plugin_missing_its_protocol_is_refused() -> None:
+    routing = {"scorers": [{"type": f"{HERE}:PerBackendScorer"}]}
+    with pytest.raises(PluginError, match="Scorer protocol"):
+        Scheduler.build_profile(make_policy(backend("a", "plain"), routing=routing))
+    with pytest.raises(PluginError, match="Picker protocol"):
+        Scheduler.build_profile(
+            make_policy(
+                backend("a", "plain"), routing={"picker": {"type": f"{HERE}:ConstantScorer"}}
+            )
+        )
