@@ -43,8 +43,9 @@ class LatencySettings(_Strict):
     """How the latency model predicts TTFT and TPOT per backend.
 
     ``profile`` and ``pools`` name calibrated step-cost profiles (``default``: the bundled
-    H200 / Llama-3.1-8B-shaped profile; otherwise a JSON or YAML file in the simulator's
-    profile format, laid over the default, e.g. one of ../shared/calibration's shapes).
+    H200 / Llama-3.1-8B-shaped profile; ``h100``, ``a100``, ``l40s``: estimates derived
+    from it; otherwise a JSON or YAML file in the simulator's profile format, laid over
+    the default, e.g. one of ../shared/calibration's shapes).
     """
 
     profile: str = "default"

@@ -46,6 +46,7 @@ from proxy.policy import LatencySettings, Policy
 from proxy.records import LatencyForecast, Outcome, RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.fleet import BackendState
+from proxy.sim.hardware import GPUS, gpu_profile
 from proxy.sim.profile import EngineProfile, StepCostModel, default_profile, load_profile
 from proxy.sim.profile import SpecMethod as ProfileMethod
 
@@ -68,9 +69,13 @@ _MAX_PREFILL_SHARE = 0.9
 
 
 def load_engine_profile(name: str) -> EngineProfile:
-    """``default`` (bundled) or a profile file laid over it; ValueError if unusable."""
+    """``default`` (bundled, measured on an H200), a GPU name (``h100``, ``a100``, ``l40s``:
+    estimates derived from it, proxy/sim/hardware.py) or a profile file laid over the
+    default; ValueError if unusable."""
     if name == "default":
         return default_profile()
+    if name.lower() in GPUS:
+        return gpu_profile(name)
     try:
         return load_profile(name)
     except OSError as exc:

@@ -157,3 +157,10 @@ def test_an_unusable_profile_is_a_value_error_naming_it(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=reason) as err:
             setup(latency={"profile": name})
         assert name in str(err.value)
+
+
+def test_a_gpu_name_selects_its_derived_profile() -> None:
+    model, fleet, _ = setup(latency={"pools": {"plain": "l40s"}})
+    l40s = model.predict(fleet.backends["plain-0"], request(tokens=1000))
+    h200 = model.predict(fleet.backends["ngram-0"], request(tokens=1000))
+    assert l40s.ttft_s > 1.5 * h200.ttft_s  # far less compute and bandwidth
