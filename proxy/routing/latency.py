@@ -365,6 +365,10 @@ class LatencyModel:
         if forecast is None or online is None or not outcome.ok:
             return
         alpha = self.settings.correction_alpha
+        self._learn_request(outcome, forecast, alpha)
+        if not outcome.events:
+            # Not streamed: the "first byte" is the whole completion, no TTFT to learn from.
+            return
         ttft, tpot = outcome.ttft, outcome.tpot
         if ttft is not None and ttft > 0 and forecast.model_ttft_s > 0:
             online.ttft_ratio = _geometric_step(
@@ -376,7 +380,6 @@ class LatencyModel:
                 online.tpot_ratio, tpot / forecast.model_tpot_s, alpha
             )
             online.tpot_errors.append(abs(tpot - forecast.tpot_s))
-        self._learn_request(outcome, forecast, alpha)
 
     def _learn_request(self, outcome: Outcome, forecast: LatencyForecast, alpha: float) -> None:
         label = outcome.label

@@ -109,6 +109,7 @@ def test_online_correction_converges_to_what_the_backend_delivers() -> None:
         outcome.completion_tokens = 100
         outcome.finished = outcome.first_byte + 99 * tpot
         outcome.prompt_tokens = 400  # the usage says 5 bytes per token, not 4
+        outcome.events = 101  # streamed
         model.observe(outcome)
         clock.now += 10.0
     ttft_ratio, tpot_ratio = model.corrections()["plain-0"]
@@ -164,3 +165,18 @@ def test_a_gpu_name_selects_its_derived_profile() -> None:
     l40s = model.predict(fleet.backends["plain-0"], request(tokens=1000))
     h200 = model.predict(fleet.backends["ngram-0"], request(tokens=1000))
     assert l40s.ttft_s > 1.5 * h200.ttft_s  # far less compute and bandwidth
+
+
+def test_a_unary_response_teaches_sizes_but_not_latency() -> None:
+    model, fleet, clock = setup()
+    plain = fleet.backends["plain-0"]
+    forecast = model.dispatch(plain, request(tokens=500, max_tokens=100))
+    outcome = Outcome("plain-0", "plain", False, "chat", 0, clock.now, ok=True, forecast=forecast)
+    # Its first byte is the whole completion: 5x the predicted TTFT, but no TTFT at all.
+    outcome.first_byte = outcome.finished = clock.now + 5 * forecast.model_ttft_s
+    outcome.completion_tokens, outcome.prompt_tokens = 100, 400
+    model.observe(outcome)
+    assert model.corrections()["plain-0"] == (1.0, 1.0)
+    assert model.errors()["plain-0"] == (None, None)
+    # 2000 bytes for 400 tokens: one step (alpha 0.05) from 4 towards 5.
+    assert model.bytes_per_token("chat") == pytest.approx(4.05)
