@@ -184,8 +184,10 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
         gw.wait_for(
             lambda: all(b.healthy for b in gw.gateway.fleet.backends.values()), what="health"
         )
-        # Idle fleet, code: prompt lookup drafts for free and code accepts well.
-        backends = {post(gw, CODE, 32).headers["x-specroute-backend"] for _ in range(5)}
+        # Idle fleet, code: prompt lookup drafts for free and code accepts well. Streamed:
+        # the latency model learns TTFT and TPOT from streams only.
+        responses = [post(gw, CODE, 32, stream=True) for _ in range(5)]
+        backends = {r.headers["x-specroute-backend"] for r in responses}
         assert backends == {"ngram-0"}
         body = {"model": MODEL, "messages": CODE, "max_tokens": 32}
         report = httpx.post(gw.url + "/admin/explain", json=body).json()
