@@ -189,6 +189,8 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
         responses = [post(gw, CODE, 32, stream=True) for _ in range(5)]
         backends = {r.headers["x-specroute-backend"] for r in responses}
         assert backends == {"ngram-0"}
+        route = responses[-1].headers["x-specroute-route"]
+        assert "predicted TTFT ~" in route and "P(TTFT <= 400 ms, TPOT <= 20 ms)" in route
         body = {"model": MODEL, "messages": CODE, "max_tokens": 32}
         report = httpx.post(gw.url + "/admin/explain", json=body).json()
         assert report["chosen"] == "ngram-0"

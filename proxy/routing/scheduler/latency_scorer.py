@@ -99,8 +99,10 @@ class LatencyScorer:
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
         p = ctx.latency.predict(backend, request)
         meet, _ = self.rate(p.ttft_s, p.tpot_s, objective, tokens)
-        e2e = p.ttft_s + p.tpot_s * max(tokens - 1.0, 0.0)
+        spec = f", acceptance {p.acceptance:.2f}" if p.acceptance is not None else ""
+        # Compact: it is also the route header's reason. /admin/explain adds p.describe().
         return (
-            f"{p.describe()}; ~{tokens:.0f} output tokens: e2e ~{e2e * 1000:.0f} ms, "
+            f"predicted TTFT ~{p.ttft_s * 1000:.0f} ms, TPOT ~{p.tpot_s * 1000:.1f} ms "
+            f"(batch {p.batch}, {p.queued_tokens} tok queued{spec}), ~{tokens:.0f} tokens: "
             f"P(TTFT <= {objective.ttft_ms:g} ms, TPOT <= {objective.tpot_ms:g} ms) {meet:.2f}"
         )

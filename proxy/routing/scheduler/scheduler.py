@@ -41,7 +41,7 @@ from proxy.routing.scheduler.filters import BuiltinFilters
 from proxy.routing.scheduler.scorers import BuiltinScorers
 
 # Scorers whose explanation is the route header's reason (when they carry weight).
-ROUTE_SCORERS = ("break_even", "acceptance")
+ROUTE_SCORERS = ("break_even", "acceptance", "latency")
 
 
 @dataclass(slots=True)
