@@ -39,8 +39,11 @@ class GatewayError(Exception):
         param: str | None = None,
         code: str | None = None,
         type: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(message)
+        # Response headers the error needs (``Retry-After`` and ``x-ratelimit-*`` of a 429).
+        self.headers = headers or []
         self.status = status
         self.message = message
         self.param = param
@@ -67,3 +70,60 @@ class GatewayError(Exception):
     def sse_event(self) -> bytes:
         """The same error as one SSE event, for failures after a stream has started."""
         return b"data: " + self.body() + b"\n\n"
+
+
+class UpstreamFailure(Exception):
+    """An attempt failed before the client saw a byte: another backend may serve it."""
+
+    status = 502
+    code = "upstream_error"
+
+    def __init__(self, backend: str, message: str, health: str) -> None:
+        super().__init__(message)
+        self.backend = backend
+        self.message = message
+        # What the backend's health record is told (its ``last_error``).
+        self.health = health
+
+    def error(self) -> GatewayError:
+        """The error the client sees if no other backend can serve the request."""
+        return GatewayError(self.status, self.message, code=self.code)
+
+
+class UpstreamStatus(UpstreamFailure):
+    """The backend answered with a 5xx status."""
+
+    def __init__(
+        self,
+        backend: str,
+        upstream_status: int,
+        body: bytes,
+        passed: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        super().__init__(
+            backend, f"backend {backend} answered {upstream_status}", f"HTTP {upstream_status}"
+        )
+        # Kept so that, when every attempt gets a 5xx, the client sees the backend's own
+        # status, body and back-off headers (Retry-After of a 503).
+        self.upstream_status = upstream_status
+        self.body = body
+        self.passed = passed or []
+
+
+class UpstreamTimeout(UpstreamFailure):
+    """No first byte in time."""
+
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamUnreachable(UpstreamFailure):
+    """The connection could not be made, or broke before the first byte."""
+
+    code = "upstream_unreachable"
+
+
+class UpstreamClosedEarly(UpstreamFailure):
+    """The stream ended before its first byte."""
+
+    code = "upstream_stream_broken"

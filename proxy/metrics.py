@@ -9,8 +9,8 @@ counters summed per model, as vLLM names them, so tools that read a vLLM ``/metr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -143,24 +143,44 @@ class CallbackGauge(Collector):
         yield GaugeMetricFamily(self._name, self._doc, value=float(self._read()))
 
 
+class CanaryStatus(Protocol):
+    """What the canary gauges read (the canary controller)."""
+
+    @property
+    def name(self) -> str | None:
+        """The configured canary's name; ``None`` when none is configured."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def share(self) -> float: ...
+
+    @property
+    def states(self) -> Sequence[str]:
+        """Every state it can be in (each gets a series, 1 for the current one)."""
+
+
 class CanaryCollector(Collector):
     """State and traffic share of the configured canary."""
 
-    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
-        self._snapshot = snapshot
+    def __init__(self, canary: CanaryStatus) -> None:
+        self._canary = canary
 
     def collect(self) -> Iterator[Metric]:
-        snap = self._snapshot()
+        canary = self._canary
         state = GaugeMetricFamily(
             "specroute_canary_state", "1 for the canary's current state", labels=["canary", "state"]
         )
         share = GaugeMetricFamily(
             "specroute_canary_share", "Traffic share sent to the canary", labels=["canary"]
         )
-        if snap.get("configured"):
-            for name in ("running", "paused", "promoted", "rolled_back"):
-                state.add_metric([snap["name"], name], 1.0 if snap["state"] == name else 0.0)
-            share.add_metric([snap["name"]], snap["share"])
+        name = canary.name
+        if name is not None:
+            current = canary.state
+            for each in canary.states:
+                state.add_metric([name, each], 1.0 if current == each else 0.0)
+            share.add_metric([name], canary.share)
         yield state
         yield share
 
@@ -170,10 +190,10 @@ class FleetCollector(Collector):
 
     def __init__(
         self,
-        fleet: Callable[[], Fleet],
+        fleet: Fleet,
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
-        store: Callable[[], Store],
+        store: Store,
     ) -> None:
         self._fleet = fleet
         self._acceptance = acceptance
@@ -181,7 +201,7 @@ class FleetCollector(Collector):
         self._store = store
 
     def collect(self) -> Iterator[Metric]:
-        fleet = self._fleet()
+        fleet = self._fleet
         inflight = GaugeMetricFamily(
             "specroute_backend_inflight",
             "Open requests per backend (fleet-wide)",
@@ -274,7 +294,7 @@ class FleetCollector(Collector):
         yield be
         yield learned
 
-        health = self._store().health()
+        health = self._store.health()
         degraded = GaugeMetricFamily(
             "specroute_store_degraded", "1 while the shared store is unreachable", labels=["store"]
         )
@@ -313,11 +333,11 @@ class LatencyCollector(Collector):
     the median absolute error of predicted against measured TTFT and TPOT over the
     backend's recent requests, and the measured/predicted correction in force."""
 
-    def __init__(self, model: Callable[[], LatencyModel]) -> None:
+    def __init__(self, model: LatencyModel) -> None:
         self._model = model
 
     def collect(self) -> Iterator[Metric]:
-        model = self._model()
+        model = self._model
         error = GaugeMetricFamily(
             "specroute_latency_prediction_error_seconds",
             "Median absolute error of the predicted latency over recent requests",

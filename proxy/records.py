@@ -8,7 +8,7 @@ keeping them here lets each of those import the records without importing each o
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -17,6 +17,7 @@ class Endpoint(enum.StrEnum):
 
     CHAT = "chat"
     COMPLETIONS = "completions"
+    RESPONSES = "responses"
 
     @property
     def path(self) -> str:
@@ -27,6 +28,7 @@ class Endpoint(enum.StrEnum):
 OPENAI_PATHS: dict[Endpoint, str] = {
     Endpoint.CHAT: "/v1/chat/completions",
     Endpoint.COMPLETIONS: "/v1/completions",
+    Endpoint.RESPONSES: "/v1/responses",
 }
 ENDPOINT_BY_PATH: dict[str, Endpoint] = {path: kind for kind, path in OPENAI_PATHS.items()}
 
@@ -121,7 +123,8 @@ class Outcome:
     client_gone: bool = False
     attempts: int = 1
     forecast: LatencyForecast | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Whether the stream's usage event reached the client (counted in ``events``).
+    usage_forwarded: bool = False
 
     @property
     def ttft(self) -> float | None:
@@ -134,3 +137,14 @@ class Outcome:
         if self.first_byte is None or not tokens or tokens < 2:
             return None
         return (self.finished - self.first_byte) / (tokens - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one relayed request went and why: what listeners after the response know of
+    the scheduling decision."""
+
+    request: RequestInfo
+    backend: str
+    pool: str
+    reason: RouteReason

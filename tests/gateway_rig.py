@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from proxy.gateway.app import create_app
 from proxy.gateway.handler import Gateway
+from proxy.gateway.runtime import Runtime
 from proxy.settings import Settings
 from proxy.store import Store
 
@@ -36,6 +37,11 @@ class GatewayHandle:
     def gateway(self) -> Gateway:
         gateway: Gateway = self.app.state.gateway
         return gateway
+
+    @property
+    def runtime(self) -> Runtime:
+        runtime: Runtime = self.app.state.runtime
+        return runtime
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` (sync, or returning an awaitable) on the gateway's loop."""

@@ -13,12 +13,16 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from proxy.errors import GatewayError
-from proxy.gateway.handler import Gateway
-from proxy.gateway.request import parse_request, requested_max_tokens
+from proxy.gateway.api import runtime_of
+from proxy.gateway.clientaddr import client_host
+from proxy.gateway.request import parse_request, requested_output_tokens
 from proxy.gateway.responses import OrjsonResponse
+from proxy.gateway.runtime import Runtime
 from proxy.policy import PolicyError
 from proxy.policy.manager import PolicyManager
 from proxy.records import Endpoint, RequestInfo
+from proxy.verify.canary import AUDIT_LOG, CanaryController
+from proxy.verify.shadow import SHADOW_LOG, ShadowVerifier
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 # The console's sign-in form stores the token here (browsers cannot send a bearer header).
@@ -34,7 +38,7 @@ def require_admin(request: Request) -> None:
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             raise GatewayError(401, "admin token missing or wrong", code="invalid_admin_token")
         return
-    client = request.client.host if request.client else ""
+    client = client_host(request.scope, request.app.state.trusted_proxies) or ""
     if client not in LOOPBACK:
         raise GatewayError(
             403,
@@ -75,11 +79,12 @@ def _line(fit: tuple[float, float] | None) -> dict[str, float] | None:
     return None if fit is None else {"intercept": fit[0], "slope": fit[1]}
 
 
-def _with_lines(gw: Gateway, row: dict[str, object]) -> dict[str, object]:
+def _with_lines(runtime: Runtime, row: dict[str, object]) -> dict[str, object]:
     """A pool's break-even row plus the fitted TPOT lines and the pool's current load."""
     pool = str(row["pool"])
-    estimate = gw.break_even.estimate(pool)
-    loads = [b.inflight for b in gw.fleet.backends.values() if b.spec.pool == pool and b.healthy]
+    estimate = runtime.break_even.estimate(pool)
+    backends = runtime.fleet.backends.values()
+    loads = [b.inflight for b in backends if b.spec.pool == pool and b.healthy]
     return {
         **row,
         # TPOT (seconds) = intercept + slope * per-backend concurrency.
@@ -89,29 +94,66 @@ def _with_lines(gw: Gateway, row: dict[str, object]) -> dict[str, object]:
     }
 
 
+def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
+    """The fleet as the admin API shows it."""
+    return {
+        "backends": [
+            {
+                "name": b.name,
+                "url": b.spec.url,
+                "model": b.spec.model,
+                "pool": b.spec.pool,
+                "speculation": b.spec.speculation.model_dump(),
+                "draft_version": b.spec.draft_version,
+                "healthy": b.healthy,
+                "last_error": b.last_error,
+                "inflight": b.inflight,
+                "local_inflight": b.local_inflight,
+                "prefill_pending": b.prefill_pending,
+                "running": b.running,
+                "waiting": b.waiting,
+                "kv_usage": b.kv_usage,
+                "window_acceptance": b.window_acceptance,
+                "quarantined": b.quarantined,
+            }
+            for b in runtime.fleet.backends.values()
+        ],
+        "break_even": runtime.break_even.snapshot(),
+        "acceptance": runtime.acceptance.snapshot(),
+    }
+
+
+def _manager(request: Request) -> PolicyManager:
+    manager: PolicyManager = request.app.state.policy_manager
+    return manager
+
+
+def _shadow(request: Request) -> ShadowVerifier:
+    shadow: ShadowVerifier = request.app.state.shadow
+    return shadow
+
+
+def _canary(request: Request) -> CanaryController:
+    canary: CanaryController = request.app.state.canary
+    return canary
+
+
 def admin_router() -> APIRouter:
     router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
-    def gateway(request: Request) -> Gateway:
-        gw: Gateway = request.app.state.gateway
-        return gw
-
-    def manager(request: Request) -> PolicyManager:
-        pm: PolicyManager = request.app.state.policy_manager
-        return pm
-
     @router.get("/fleet")
     async def fleet(request: Request) -> OrjsonResponse:
-        return OrjsonResponse(gateway(request).snapshot())
+        return OrjsonResponse(fleet_snapshot(runtime_of(request)))
 
     @router.get("/break-even")
     async def break_even(request: Request) -> OrjsonResponse:
-        gw = gateway(request)
-        return OrjsonResponse({"pools": [_with_lines(gw, row) for row in gw.break_even.snapshot()]})
+        runtime = runtime_of(request)
+        pools = [_with_lines(runtime, row) for row in runtime.break_even.snapshot()]
+        return OrjsonResponse({"pools": pools})
 
     @router.get("/policy")
     async def get_policy(request: Request) -> OrjsonResponse:
-        pm = manager(request)
+        pm = _manager(request)
         return OrjsonResponse(
             {
                 "digest": pm.current.digest,
@@ -125,53 +167,51 @@ def admin_router() -> APIRouter:
     async def put_policy(request: Request) -> OrjsonResponse:
         text = (await request.body()).decode("utf-8", "replace")
         if request.query_params.get("dry_run") in ("1", "true"):
-            return _dry_run(manager(request), text)
+            return _dry_run(_manager(request), text)
         try:
-            version = await manager(request).load_text(text, "PUT /admin/policy")
+            version = await _manager(request).load_text(text, "PUT /admin/policy")
         except PolicyError as exc:
-            request.app.state.gateway.metrics.policy_reloads.labels("refused").inc()
+            runtime_of(request).metrics.policy_reloads.labels("refused").inc()
             return _policy_error(exc)
-        request.app.state.gateway.metrics.policy_reloads.labels("applied").inc()
+        runtime_of(request).metrics.policy_reloads.labels("applied").inc()
         return OrjsonResponse({"digest": version.digest, "source": version.source})
 
     @router.post("/policy/rollback")
     async def rollback(request: Request) -> OrjsonResponse:
         try:
-            version = await manager(request).rollback()
+            version = await _manager(request).rollback()
         except PolicyError as exc:
             return _policy_error(exc)
         return OrjsonResponse({"digest": version.digest, "source": version.source})
 
     @router.get("/shadow")
     async def shadow_summary(request: Request) -> OrjsonResponse:
-        return OrjsonResponse(await request.app.state.shadow.summary())
+        return OrjsonResponse(await _shadow(request).summary())
 
     @router.get("/shadow/mismatches")
     async def shadow_mismatches(request: Request, limit: int = 50) -> OrjsonResponse:
-        entries = await request.app.state.gateway.store.recent("shadow", 2000)
+        entries = await runtime_of(request).store.recent(SHADOW_LOG, 2000)
         rows = [e.record for e in entries if e.record.get("outcome") != "match"][: max(limit, 0)]
         return OrjsonResponse({"mismatches": rows})
 
     @router.post("/quarantine/{backend}")
     async def quarantine(request: Request, backend: str) -> OrjsonResponse:
-        gw = gateway(request)
-        if gw.fleet.get(backend) is None:
+        if runtime_of(request).fleet.get(backend) is None:
             raise GatewayError(404, f"no backend named {backend!r}", param="backend")
-        await request.app.state.shadow.set_quarantine(backend, "quarantined by an operator")
+        await _shadow(request).set_quarantine(backend, "quarantined by an operator")
         return OrjsonResponse({"backend": backend, "quarantined": True})
 
     @router.delete("/quarantine/{backend}")
     async def release(request: Request, backend: str) -> OrjsonResponse:
-        gw = gateway(request)
-        if gw.fleet.get(backend) is None:
+        if runtime_of(request).fleet.get(backend) is None:
             raise GatewayError(404, f"no backend named {backend!r}", param="backend")
-        await request.app.state.shadow.set_quarantine(backend, None)
+        await _shadow(request).set_quarantine(backend, None)
         return OrjsonResponse({"backend": backend, "quarantined": False})
 
     @router.get("/canary")
     async def canary_state(request: Request) -> OrjsonResponse:
-        canary = request.app.state.canary
-        history = [e.record for e in await gateway(request).store.recent("canary:audit", 100)]
+        canary = _canary(request)
+        history = [e.record for e in await runtime_of(request).store.recent(AUDIT_LOG, 100)]
         return OrjsonResponse({**canary.snapshot(), "history": history})
 
     @router.post("/canary/{action}")
@@ -179,14 +219,14 @@ def admin_router() -> APIRouter:
         if action not in ("pause", "resume", "promote", "rollback"):
             raise GatewayError(404, f"unknown canary action {action!r}", param="action")
         try:
-            return OrjsonResponse(await request.app.state.canary.command(action))
+            return OrjsonResponse(await _canary(request).command(action))
         except ValueError as exc:
             raise GatewayError(409, str(exc), code="canary_conflict") from exc
 
     @router.post("/explain")
     async def explain(request: Request) -> OrjsonResponse:
         """Route a request body without sending it anywhere; show every score."""
-        gw = gateway(request)
+        runtime = runtime_of(request)
         raw = await request.body()
         asked = request.query_params.get("kind") or (
             "completions" if b'"prompt"' in raw and b'"messages"' not in raw else "chat"
@@ -196,21 +236,21 @@ def admin_router() -> APIRouter:
         except ValueError:
             raise GatewayError(400, "kind must be 'chat' or 'completions'", param="kind") from None
         parsed = parse_request(kind, raw)
-        label = gw.classify(parsed, request.headers.get("x-specroute-class"))
+        classification = runtime.classify(parsed, request.headers.get("x-specroute-class"))
         info = RequestInfo(
             parsed.model,
-            label.label,
+            classification.label,
             parsed.greedy,
             request.headers.get("x-specroute-session"),
             prompt_bytes=len(raw),
-            max_tokens=requested_max_tokens(parsed.body),
+            max_tokens=requested_output_tokens(parsed.body) or None,
         )
-        decision = gw.scheduler.schedule(info, explain=True)
-        explained = gw.scheduler.explain(decision)
+        decision = runtime.scheduler.schedule(info, explain=True)
+        explained = runtime.scheduler.explain(decision)
         # The latency model's view of every candidate, whichever scorers the policy uses.
         for row in explained["candidates"]:
-            backend = gw.fleet.backends[row["backend"]]
-            p = gw.latency.predict(backend, info)
+            backend = runtime.fleet.backends[row["backend"]]
+            p = runtime.latency.predict(backend, info)
             row["predicted"] = {
                 "ttft_ms": round(p.ttft_s * 1000, 3),
                 "tpot_ms": round(p.tpot_s * 1000, 3),
@@ -220,12 +260,14 @@ def admin_router() -> APIRouter:
             "kind": kind,
             "model": parsed.model,
             "classification": {
-                "label": label.label,
-                "reason": label.reason,
-                "features": label.features,
-                "overridden": label.overridden,
+                "label": classification.label,
+                "reason": classification.reason,
+                "features": classification.features,
+                "overridden": classification.overridden,
             },
-            "expected_output_tokens": gw.latency.output_tokens(label.label, info.max_tokens),
+            "expected_output_tokens": runtime.latency.output_tokens(
+                classification.label, info.max_tokens
+            ),
             **explained,
         }
         return OrjsonResponse(result)

@@ -1,4 +1,4 @@
-"""Public endpoints besides the two relayed ones: models, liveness, readiness, metrics."""
+"""Operations endpoints: liveness, readiness, metrics (the models are in passthrough.py)."""
 
 from __future__ import annotations
 
@@ -7,28 +7,17 @@ import time
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
+from proxy.gateway.runtime import Runtime
 
 
-def gateway_of(request: Request) -> Gateway:
-    gateway: Gateway = request.app.state.gateway
-    return gateway
+def runtime_of(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 def public_router() -> APIRouter:
     router = APIRouter()
-
-    @router.get("/v1/models")
-    async def list_models(request: Request) -> OrjsonResponse:
-        """The union of the models that healthy backends serve (OpenAI list shape)."""
-        gateway = gateway_of(request)
-        created = int(request.app.state.started_at)
-        data = [
-            {"id": model, "object": "model", "created": created, "owned_by": "specroute"}
-            for model in gateway.fleet.healthy_models()
-        ]
-        return OrjsonResponse({"object": "list", "data": data})
 
     @router.get("/health")
     async def health() -> OrjsonResponse:
@@ -36,15 +25,15 @@ def public_router() -> APIRouter:
 
     @router.get("/ready")
     async def ready(request: Request) -> OrjsonResponse:
-        gateway = gateway_of(request)
-        healthy = [b.name for b in gateway.fleet.backends.values() if b.healthy]
-        store = gateway.store.health()
+        runtime = runtime_of(request)
+        healthy = [b.name for b in runtime.fleet.backends.values() if b.healthy]
+        store = runtime.store.health()
         body = {
             "ready": bool(healthy),
             "healthy_backends": healthy,
             "unhealthy_backends": {
                 b.name: b.last_error or "not checked yet"
-                for b in gateway.fleet.backends.values()
+                for b in runtime.fleet.backends.values()
                 if not b.healthy
             },
             "store": {"backend": store.backend, "degraded": store.degraded, "detail": store.detail},
@@ -55,7 +44,7 @@ def public_router() -> APIRouter:
 
     @router.get("/metrics")
     async def metrics(request: Request) -> Response:
-        registry = gateway_of(request).metrics.registry
+        registry = runtime_of(request).metrics.registry
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -14,15 +15,19 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.api import public_router
+from proxy.gateway.clientaddr import trusted_networks
+from proxy.gateway.compose import Components, compose
 from proxy.gateway.console import install_console
+from proxy.gateway.front import build_door, cors, validating_credentials
 from proxy.gateway.handler import Gateway
+from proxy.gateway.passthrough import Passthrough, passthrough_router
 from proxy.gateway.responses import OrjsonResponse
-from proxy.gateway.traffic_log import traffic_log
+from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import (
     CallbackGauge,
@@ -32,13 +37,12 @@ from proxy.metrics import (
     LatencyCollector,
 )
 from proxy.policy import load_policy
+from proxy.policy.credentials import BackendCredentials
 from proxy.policy.manager import PolicyManager, PolicyVersion
-from proxy.records import ENDPOINT_BY_PATH, OPENAI_PATHS, Endpoint
+from proxy.records import ENDPOINT_BY_PATH
 from proxy.routing.scrape import Scraper
 from proxy.settings import Settings
 from proxy.store import MemoryStore, Store
-from proxy.verify.canary import CanaryController
-from proxy.verify.shadow import ShadowVerifier
 
 log = logging.getLogger("specroute")
 
@@ -80,12 +84,27 @@ def _spawn(tasks: list[asyncio.Task[Any]], coro: Awaitable[Any], name: str) -> N
     tasks.append(asyncio.get_running_loop().create_task(guarded(), name=name))
 
 
-async def _sync_inflight(gateway: Gateway, interval_s: float) -> None:
+async def _sync_inflight(runtime: Runtime, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        local = gateway.fleet.snapshot_local()
-        counts = await gateway.store.fleet_inflight()
-        gateway.fleet.apply_fleet_inflight(counts, local)
+        local = runtime.fleet.snapshot_local()
+        counts = await runtime.store.fleet_inflight()
+        runtime.fleet.apply_fleet_inflight(counts, local)
+
+
+def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
+    """The gauges read at scrape time (the request path updates none)."""
+    runtime = parts.runtime
+    metrics.add_collector(
+        FleetCollector(runtime.fleet, runtime.acceptance, runtime.break_even, runtime.store)
+    )
+    metrics.add_collector(
+        CallbackGauge(
+            "specroute_shadow_queue_depth", "Shadow samples waiting", parts.shadow.queue_depth
+        )
+    )
+    metrics.add_collector(CanaryCollector(parts.canary))
+    metrics.add_collector(LatencyCollector(runtime.latency))
 
 
 @contextlib.asynccontextmanager
@@ -96,47 +115,35 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = app.state.store_override or make_store(settings, initial.policy.store.redis_url)
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
-    canary = CanaryController(store, metrics)
-    canary.configure(initial.policy.canary, initial.policy.baseline_speculative())
-    gateway = Gateway(settings, initial.policy, store, upstream, metrics, canary)
-    manager = PolicyManager(
-        initial, gateway.apply_policy, gateway.validate_policy, store, settings.policy_path
-    )
     control = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=settings.connect_timeout_s))
+    door = build_door(settings, metrics, settings.redis_url or initial.policy.store.redis_url)
+    credentials = BackendCredentials(initial.policy)
+    parts = compose(settings, initial.policy, store, metrics, upstream, control, door, credentials)
+    runtime, shadow, canary = parts.runtime, parts.shadow, parts.canary
+    passthrough = Passthrough(settings, runtime.fleet, door, credentials)
+    # The backends' keys are checked where the policy is applied, not in offline checks
+    # (`policy validate`, `specroute check`), which may run where the secrets are not.
+    validate = validating_credentials(runtime.validate_policy)
+    manager = PolicyManager(initial, runtime.apply_policy, validate, store, settings.policy_path)
     scraper = Scraper(
-        lambda: gateway.fleet,
+        lambda: runtime.fleet,
         control,
         settings.scrape_interval_s,
         settings.health_failures_to_eject,
     )
-    metrics.add_collector(
-        FleetCollector(
-            lambda: gateway.fleet, gateway.acceptance, gateway.break_even, lambda: gateway.store
-        )
-    )
-    metrics.add_collector(LatencyCollector(lambda: gateway.latency))
-    shadow = ShadowVerifier(gateway.fleet, store, control, metrics)
-    shadow.configure(initial.policy.shadow)
-    gateway.hooks.append(shadow.hook)
-    gateway.capture = shadow.sample
-    gateway.policy_listeners.append(lambda policy: shadow.configure(policy.shadow))
-    metrics.add_collector(
-        CallbackGauge("specroute_shadow_queue_depth", "Shadow samples waiting", shadow.queue_depth)
-    )
-    gateway.hooks.append(canary.hook)
-    gateway.hooks += [log.on_outcome for log in traffic_log(settings, store, metrics.registry)]
-    shadow.listeners.append(canary.on_shadow)
-    shadow.rate_overrides = canary.shadow_rates
-    gateway.policy_listeners.append(lambda p: canary.configure(p.canary, p.baseline_speculative()))
-    metrics.add_collector(CanaryCollector(canary.snapshot))
+    _add_collectors(metrics, parts)
     app.state.canary = canary
     app.state.shadow = shadow
-    app.state.gateway = gateway
+    app.state.runtime = runtime
+    app.state.gateway = parts.gateway
+    app.state.recent_requests = parts.recent
     app.state.policy_manager = manager
     app.state.control_client = control
+    app.state.passthrough = passthrough
     tasks: list[asyncio.Task[Any]] = []
     await store.start()
     await upstream.start()
+    await door.start()
     for hook in app.state.startup_hooks:
         await hook(app)
     # Start-up garbage (imports, the policy, plugins) is moved out of the collector's view:
@@ -145,8 +152,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         await scraper.check_all()
         _spawn(tasks, scraper.run(), "scrape")
-        _spawn(tasks, gateway.observer.run(), "observe")
-        _spawn(tasks, _sync_inflight(gateway, settings.store_sync_interval_s), "inflight-sync")
+        _spawn(tasks, parts.observer.run(), "observe")
+        _spawn(tasks, _sync_inflight(runtime, settings.store_sync_interval_s), "inflight-sync")
         _spawn(tasks, manager.follow_store(), "policy-follow")
         _spawn(tasks, shadow.run(), "shadow")
         _spawn(tasks, canary.run(), "canary")
@@ -158,15 +165,23 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await upstream.close()
+        await passthrough.aclose()
+        await door.close()
         await control.aclose()
         await store.close()
         if app.state.embedded is not None:
             await app.state.embedded.stop()
 
 
+def _request_id(request: Request) -> str:
+    return request.headers.get("x-request-id") or os.urandom(16).hex()
+
+
 async def _gateway_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, GatewayError)
-    return OrjsonResponse(exc.payload(), status_code=exc.status)
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in exc.headers}
+    headers.setdefault("x-request-id", _request_id(request))
+    return OrjsonResponse(exc.payload(), status_code=exc.status, headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> OrjsonResponse:
@@ -179,35 +194,36 @@ async def _validation_error(request: Request, exc: Exception) -> OrjsonResponse:
 
 async def _http_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, HTTPException)
-    err = GatewayError(exc.status_code, str(exc.detail))
-    return OrjsonResponse(err.payload(), status_code=exc.status_code)
-
-
-class _RelayEndpoint:
-    """A raw ASGI endpoint (a callable object, so Starlette does not wrap it in a
-    Request/Response handler): nothing between uvicorn and the relay on the hot path."""
-
-    def __init__(self, kind: Endpoint) -> None:
-        self.kind = kind
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        gateway: Gateway = scope["app"].state.gateway
-        await gateway.handle(self.kind, scope, receive, send)
-
-
-def _relay_route(path: str, kind: Endpoint) -> Route:
-    return Route(path, _RelayEndpoint(kind), methods=["POST"], include_in_schema=False)
+    if exc.status_code == 404:
+        # OpenAI's answer to a path it does not serve.
+        message = f"Invalid URL ({request.method} {request.url.path})"
+        err = GatewayError(404, message, code="unknown_url", type="invalid_request_error")
+    else:
+        err = GatewayError(exc.status_code, str(exc.detail))
+    headers = {"x-request-id": _request_id(request)}
+    return OrjsonResponse(err.payload(), status_code=exc.status_code, headers=headers)
 
 
 StartupHook = Callable[[FastAPI], Awaitable[None]]
 
 
 class GatewayApp(FastAPI):
-    """FastAPI for the control plane; the two relayed endpoints are dispatched before
-    FastAPI's middleware stack (~30-40 us per request measured), straight to the relay."""
+    """FastAPI for the control plane; the relayed endpoints are dispatched before FastAPI's
+    middleware stack (~30-40 us per request measured), straight to the request path, which
+    also answers their other methods (405). They have no FastAPI route: one way in, and no
+    OpenAPI entry for endpoints whose schema is OpenAI's. ``front`` (CORS, when configured)
+    wraps both."""
+
+    front: ASGIApp | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
+        if self.front is not None and scope["type"] == "http":
+            await self.front(scope, receive, send)
+        else:
+            await self.dispatch(scope, receive, send)
+
+    async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
             kind = ENDPOINT_BY_PATH.get(scope["path"])
             gateway: Gateway | None = getattr(self.state, "gateway", None)
             if kind is not None and gateway is not None:
@@ -231,11 +247,12 @@ def create_app(
     app.state.store_override = store
     app.state.startup_hooks = list(startup_hooks or [])
     app.state.started_at = time.time()
-    for kind, path in OPENAI_PATHS.items():
-        app.router.routes.append(_relay_route(path, kind))
     app.include_router(public_router())
+    app.include_router(passthrough_router())
     app.include_router(admin_router())
     install_console(app)
+    app.state.trusted_proxies = trusted_networks(settings.trusted_proxies)
+    app.front = cors(settings, app.dispatch)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

@@ -1,7 +1,10 @@
-"""The request path: read, classify, schedule, dispatch with retries, relay, observe.
+"""The request path: read, classify, schedule, dispatch with retries, relay, tell listeners.
 
-One :class:`Gateway` per app holds every runtime component; ``create_app`` builds it.
-The two OpenAI endpoints are raw ASGI callables bound to :meth:`Gateway.handle`.
+One attempt on one backend goes through named steps: accounting (:meth:`Gateway._account`),
+dispatch up to the first byte (:meth:`Gateway._dispatch`, which classifies failures as
+:class:`~proxy.errors.UpstreamFailure`), relay (:meth:`Gateway._relay`) and cleanup
+(:meth:`Gateway._cleanup`). The retry decision is :meth:`Gateway._attempts`: any failure
+before the client saw a byte is retried on another backend.
 """
 
 from __future__ import annotations
@@ -9,50 +12,78 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
-from proxy.errors import GatewayError
-from proxy.gateway.relay import (
-    Message,
-    Receive,
-    Send,
-    StreamRelay,
-    absorb_usage,
-    capture_text,
+from proxy.errors import (
+    GatewayError,
+    UpstreamClosedEarly,
+    UpstreamFailure,
+    UpstreamStatus,
+    UpstreamTimeout,
+    UpstreamUnreachable,
 )
-from proxy.gateway.request import parse_request, read_body, requested_max_tokens, with_usage
+from proxy.gateway.auth import Admission, FrontDoor
+from proxy.gateway.relay import Message, Receive, Send, StreamRelay, absorb_usage, capture_text
+from proxy.gateway.request import (
+    estimate_prompt_tokens,
+    parse_request,
+    read_body,
+    requested_output_tokens,
+    with_usage,
+)
+from proxy.gateway.runtime import Runtime
+from proxy.gateway.seams import OutcomeListener, OutputSampler
 from proxy.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
-from proxy.gateway.watch import Watch
+from proxy.gateway.watch import Interruption, Watch
 from proxy.metrics import GatewayMetrics
-from proxy.policy import Policy
-from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo
-from proxy.routing.acceptance import AcceptanceTracker
-from proxy.routing.breakeven import BreakEvenModel
-from proxy.routing.classify import Classification, Classifier
-from proxy.routing.fleet import BackendState, Fleet
-from proxy.routing.latency import LatencyModel
-from proxy.routing.observe import Observer
-from proxy.routing.scheduler.base import CanarySplit
+from proxy.policy.credentials import BackendCredentials
+from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
+from proxy.routing.fleet import BackendState
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
 
 STICKY_HEADERS = (b"x-specroute-session", b"x-session-id", b"x-user-id")
-# Hooks run after each relayed request (shadow sampling, canary evidence); they must not block.
-OutcomeHook = Callable[[ParsedRequest, Outcome, Decision], None]
+# W3C trace context: follows the request to the backend.
+TRACE_HEADERS = (b"traceparent", b"tracestate")
+RETRY_SOON = (b"retry-after", b"1")
+
+
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """What the request carries of its caller besides the body, for every attempt."""
+
+    # traceparent / tracestate, forwarded as they came.
+    trace: tuple[tuple[str, str], ...] = ()
+    # The caller's own Authorization, forwarded only by an open gateway to a backend
+    # without a key of its own (a gateway with API keys never forwards its callers').
+    authorization: str | None = None
+    # The tenant's x-ratelimit-* headers, for the response.
+    quota: tuple[tuple[bytes, bytes], ...] = ()
 
 
 @dataclass(slots=True)
-class _Retry:
-    """An attempt that failed before the client saw a byte: try another backend."""
+class _Attempt:
+    """One try on one backend: what its steps share."""
 
-    error: GatewayError
-    upstream_status: int | None = None
-    upstream_body: bytes | None = None
+    parsed: ParsedRequest
+    decision: Decision
+    backend: BackendState
+    rid: bytes
+    outcome: Outcome
+    # The prompt's prefill estimate still counted on the backend (0 once the first byte came).
+    prefill: int
+    caller: _Caller = _Caller()
+    upstream: UpstreamResponse | None = None
+    route: Route | None = None
+
+    @property
+    def strip_usage(self) -> bool:
+        """Usage is asked of the backend for every stream, and dropped again if unasked."""
+        return self.parsed.stream and not self.parsed.include_usage
 
 
 def _header(scope: Message, name: bytes) -> str | None:
@@ -79,135 +110,112 @@ class Gateway:
     def __init__(
         self,
         settings: Settings,
-        policy: Policy,
-        store: Store,
+        runtime: Runtime,
         upstream: UpstreamClient,
-        metrics: GatewayMetrics,
-        canary: CanarySplit | None = None,
+        door: FrontDoor,
+        credentials: BackendCredentials,
+        *,
+        listeners: Sequence[OutcomeListener] = (),
+        sampler: OutputSampler | None = None,
     ) -> None:
         self.settings = settings
-        self.store = store
+        self.runtime = runtime
+        self.store: Store = runtime.store
+        self.metrics: GatewayMetrics = runtime.metrics
+        # The same object across policy swaps (they rebuild its plugins in place).
+        self.scheduler: Scheduler = runtime.scheduler
         self.upstream = upstream
-        self.metrics = metrics
-        self.fleet = Fleet(policy)
-        self.acceptance = AcceptanceTracker(policy.acceptance)
-        self.break_even = BreakEvenModel(policy)
-        self.latency = LatencyModel(policy, self.acceptance)
-        self.scheduler = Scheduler(
-            policy, self.fleet, self.acceptance, self.break_even, canary, self.latency
-        )
-        self.classifier = Classifier(policy.classifier)
-        self.observer = Observer(store, self.acceptance, self.break_even, metrics, self.latency)
-        self.models = frozenset(policy.models())
-        self.hooks: list[OutcomeHook] = []
-        # Whether to capture a request's output for verification (the shadow's sampler).
-        self.capture: Callable[[BackendState], bool] = lambda backend: False
-        # Components outside the request path that follow policy changes (shadow, canary).
-        self.policy_listeners: list[Callable[[Policy], None]] = []
-
-    # -- policy ---------------------------------------------------------------------------------
-    @property
-    def policy(self) -> Policy:
-        return self.scheduler.policy
-
-    @staticmethod
-    def validate_policy(policy: Policy) -> None:
-        """Everything a policy needs beyond its schema: its plugins must build, its engine
-        profiles load."""
-        Scheduler.build_profile(policy)
-        Classifier(policy.classifier)
-        LatencyModel(policy, AcceptanceTracker(policy.acceptance))
-
-    def apply_policy(self, policy: Policy) -> None:
-        """Swap every component to ``policy`` in one synchronous step."""
-        classifier = Classifier(policy.classifier)
-        self.scheduler.apply_policy(policy)
-        self.fleet.apply_policy(policy)
-        self.break_even.apply_policy(policy)
-        self.acceptance.configure(policy.acceptance)
-        self.latency.apply_policy(policy)
-        self.classifier = classifier
-        self.models = frozenset(policy.models())
-        for listener in self.policy_listeners:
-            listener(policy)
-
-    # -- the request path -----------------------------------------------------------------
-    def endpoint(self, kind: Endpoint) -> Callable[[Message, Receive, Send], Awaitable[None]]:
-        async def asgi(scope: Message, receive: Receive, send: Send) -> None:
-            await self.handle(kind, scope, receive, send)
-
-        return asgi
+        self.door = door
+        self.credentials = credentials
+        self.listeners = tuple(listeners)
+        self.sampler = sampler
 
     async def handle(self, kind: Endpoint, scope: Message, receive: Receive, send: Send) -> None:
         # os.urandom, not uuid4: the same 128 random bits at a tenth of the cost.
         request_id = _header(scope, b"x-request-id") or os.urandom(16).hex()
         rid = request_id.encode("latin-1")
+        admission: Admission | None = None
+        served: _Attempt | None = None
         try:
             if scope.get("method") != "POST":
                 raise GatewayError(405, f"{scope.get('method')} is not allowed here; use POST")
+            tenant = self.door.authenticate(_header(scope, b"authorization"))
             raw = await read_body(receive, self.settings.max_body_bytes)
             parsed = parse_request(kind, raw)
-            if parsed.model not in self.models:
+            if parsed.model not in self.runtime.models:
                 raise GatewayError(
                     404,
                     f"The model `{parsed.model}` does not exist.",
                     param="model",
                     code="model_not_found",
                 )
-            label = self.classify(parsed, _header(scope, b"x-specroute-class"))
-            sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
-            if sticky is None and isinstance(parsed.body.get("user"), str):
-                sticky = parsed.body["user"]
-            info = RequestInfo(
-                parsed.model,
-                label.label,
-                parsed.greedy,
-                sticky,
-                request_id,
-                prompt_bytes=len(parsed.raw),
-                max_tokens=requested_max_tokens(parsed.body),
-            )
-            await self._dispatch(parsed, info, label, scope, receive, send, rid)
+            info = self._request_info(parsed, scope, request_id)
+            reserve = estimate_prompt_tokens(raw) + requested_output_tokens(parsed.body)
+            admission = await self.door.admit(tenant, parsed.model, reserve, request_id)
+            caller = self._caller(scope, admission)
+            watch = Watch(receive)
+            try:
+                served = await self._attempts(parsed, info, caller, watch, send, rid)
+            finally:
+                watch.close()
         except GatewayError as err:
             self.metrics.errors.labels(str(err.status), str(err.payload()["error"]["code"])).inc()
-            await send_json(send, err.status, err.body(), [(b"x-request-id", rid)])
-
-    def classify(self, parsed: ParsedRequest, override: str | None) -> Classification:
-        try:
-            return self.classifier.classify(parsed.body, override)
-        except ValueError as exc:
-            raise GatewayError(
-                400, str(exc), param="x-specroute-class", code="invalid_class"
-            ) from exc
-
-    async def _dispatch(
-        self,
-        parsed: ParsedRequest,
-        info: RequestInfo,
-        label: Classification,
-        scope: Message,
-        receive: Receive,
-        send: Send,
-        rid: bytes,
-    ) -> None:
-        watch = Watch(receive)
-        try:
-            await self._attempts(parsed, info, label, watch, send, rid)
+            headers = [(b"x-request-id", rid), *err.headers]
+            await send_json(send, err.status, err.body(), headers)
         finally:
-            watch.close()
+            if admission is not None:
+                await self._settle(admission, kind, served)
 
+    def _request_info(self, parsed: ParsedRequest, scope: Message, request_id: str) -> RequestInfo:
+        classification = self.runtime.classify(parsed, _header(scope, b"x-specroute-class"))
+        sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
+        if sticky is None and isinstance(parsed.body.get("user"), str):
+            sticky = parsed.body["user"]
+        return RequestInfo(
+            parsed.model,
+            classification.label,
+            parsed.greedy,
+            sticky,
+            request_id,
+            prompt_bytes=len(parsed.raw),
+            max_tokens=requested_output_tokens(parsed.body) or None,
+        )
+
+    def _caller(self, scope: Message, admission: Admission | None) -> _Caller:
+        trace = tuple(
+            (name.decode(), value) for name in TRACE_HEADERS if (value := _header(scope, name))
+        )
+        forwarded = _header(scope, b"authorization") if self.door.open else None
+        quota = tuple(admission.headers) if admission is not None else ()
+        return _Caller(trace, forwarded, quota)
+
+    async def _settle(self, admission: Admission, kind: Endpoint, served: _Attempt | None) -> None:
+        """The tenant's reservation settled against what the served attempt reported."""
+        outcome = served.outcome if served is not None else None
+        await admission.close(
+            endpoint=kind.value,
+            label=served.decision.request.label if served else "",
+            pool=outcome.pool if outcome else "",
+            ok=bool(outcome and outcome.ok),
+            prompt_tokens=outcome.prompt_tokens if outcome else None,
+            completion_tokens=outcome.completion_tokens if outcome else None,
+        )
+
+    # -- retry decision -------------------------------------------------------------------
     async def _attempts(
         self,
         parsed: ParsedRequest,
         info: RequestInfo,
-        label: Classification,
+        caller: _Caller,
         watch: Watch,
         send: Send,
         rid: bytes,
-    ) -> None:
+    ) -> _Attempt | None:
+        """Try backends in the scheduler's order until one sends a first byte; the attempt
+        that served the request (``None``: every backend failed)."""
         tried: set[str] = set()
-        last: _Retry | None = None
-        for attempt in range(1, self.settings.max_attempts + 1):
+        last: UpstreamFailure | None = None
+        for number in range(1, self.settings.max_attempts + 1):
             if tried:
                 info.exclude = frozenset(tried)
             decision = self.scheduler.schedule(info)
@@ -216,166 +224,180 @@ class Gateway:
                 break
             backend = chosen.backend
             tried.add(backend.name)
-            result = await self._attempt(
-                parsed, info, decision, backend, label, watch, send, rid, attempt
-            )
-            if result is None:
-                return
-            last = result
-            self.metrics.retries.labels(backend.name, result.error.code or "error").inc()
-        if last is not None and last.upstream_status is not None and last.upstream_body is not None:
-            # Every attempt got a 5xx: the client sees the backend's own status and message.
-            await send_json(
-                send, last.upstream_status, last.upstream_body, [(b"x-request-id", rid)]
-            )
-            return
+            attempt = self._account(parsed, decision, backend, rid, number, caller)
+            try:
+                await self._try(attempt, watch, send)
+                return attempt
+            except UpstreamFailure as failure:
+                last = failure
+            self.metrics.retries.labels(backend.name, last.code).inc()
+        if isinstance(last, UpstreamStatus):
+            # Every attempt got a 5xx: the client sees the backend's own status, message and
+            # back-off headers.
+            headers = [(b"x-request-id", rid), *last.passed]
+            await send_json(send, last.upstream_status, last.body, headers)
+            return None
         if last is not None:
-            raise last.error
+            raise last.error()
         raise GatewayError(
             503,
             f"no healthy backend can serve model `{parsed.model}` right now",
             code="no_healthy_backend",
+            # Health is re-checked every scrape interval: a retry in a second may find one.
+            headers=[RETRY_SOON],
         )
 
-    async def _attempt(
+    async def _try(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
+        """Dispatch and relay one attempt; raises :class:`UpstreamFailure` before a first byte."""
+        try:
+            await self.store.add_inflight(attempt.backend.name, 1)
+            try:
+                first = await self._dispatch(attempt, watch)
+            except UpstreamFailure as failure:
+                attempt.backend.mark_failure(failure.health, self.settings.health_failures_to_eject)
+                raise
+            if first is not None:  # None: the client left before the first byte
+                await self._relay(attempt, first, watch, send)
+        finally:
+            await self._cleanup(attempt)
+
+    # -- accounting -----------------------------------------------------------------------
+    def _account(
         self,
         parsed: ParsedRequest,
-        info: RequestInfo,
         decision: Decision,
         backend: BackendState,
-        label: Classification,
-        watch: Watch,
-        send: Send,
         rid: bytes,
-        attempt: int,
-    ) -> _Retry | None:
-        spec = backend.spec
+        number: int,
+        caller: _Caller,
+    ) -> _Attempt:
+        """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
         # Predicted before the request counts on the backend (as the scheduler saw it).
-        forecast = self.latency.dispatch(backend, info)
+        forecast = self.runtime.latency.dispatch(backend, decision.request)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
-        # (the load scorer and the latency model count it). No tokenizer on the request
-        # path: the body size over a bytes-per-token ratio learned per class from the
-        # prompt tokens the backends report (LatencyModel.prompt_tokens).
+        # (the load scorer and the latency model count it): the body size over a
+        # bytes-per-token ratio learned per class from the usage the backends report
+        # (LatencyModel.prompt_tokens; estimate_prompt_tokens' 4 until measured).
         prefill = forecast.prompt_tokens
         backend.prefill_pending += prefill
         outcome = Outcome(
             backend=backend.name,
-            pool=spec.pool,
+            pool=backend.spec.pool,
             speculative=backend.speculative,
-            label=label.label,
+            label=decision.request.label,
             load=backend.inflight,
             started=time.monotonic(),
-            attempts=attempt,
+            attempts=number,
             forecast=forecast,
         )
-        if parsed.greedy and parsed.n == 1 and self.capture(backend):
+        sampler = self.sampler
+        # Responses API outputs are not replayed (the comparison reads chat/completions).
+        comparable = parsed.kind is not Endpoint.RESPONSES and parsed.greedy and parsed.n == 1
+        if comparable and sampler and sampler.should_capture(backend):
             outcome.text = []  # this output will be replayed and compared: capture it
-        strip_usage = parsed.stream and not parsed.include_usage
-        body = with_usage(parsed) if strip_usage else parsed.raw
-        upstream: UpstreamResponse | None = None
+        return _Attempt(parsed, decision, backend, rid, outcome, prefill, caller)
+
+    def _first_byte_came(self, attempt: _Attempt) -> None:
+        # The first byte (a streamed response's first chunk, or the whole of a unary one) or
+        # the end of the stream: the prompt is no longer waiting for prefill.
+        attempt.backend.prefill_pending -= attempt.prefill
+        attempt.prefill = 0
+
+    async def _cleanup(self, attempt: _Attempt) -> None:
+        backend, outcome = attempt.backend, attempt.outcome
+        backend.local_inflight -= 1
+        if attempt.prefill:  # no first byte: failed, timed out, retried, client gone
+            backend.prefill_pending -= attempt.prefill
+        if attempt.upstream is not None and outcome.finished == 0.0:
+            await attempt.upstream.abort()
+        if outcome.finished == 0.0:
+            outcome.finished = time.monotonic()
+        await self.store.add_inflight(backend.name, -1)
+        if outcome.first_byte is not None or outcome.client_gone:
+            route = attempt.route or self._route(attempt)
+            for listener in self.listeners:
+                listener.on_outcome(attempt.parsed, outcome, route)
+
+    # -- dispatch -------------------------------------------------------------------------
+    async def _dispatch(self, attempt: _Attempt, watch: Watch) -> bytes | None:
+        """Send the request and wait for its first byte (``None``: the client left first)."""
+        parsed, backend, outcome = attempt.parsed, attempt.backend, attempt.outcome
+        body = with_usage(parsed) if attempt.strip_usage else parsed.raw
+        headers = self._upstream_headers(attempt)
+        timeout = self.settings.first_byte_timeout_s
         try:
-            await self.store.add_inflight(backend.name, 1)
-            try:
-                async with asyncio.timeout(self.settings.first_byte_timeout_s):
-                    upstream = await self.upstream.post(
-                        spec.url + parsed.kind.path,
-                        body,
-                        {"content-type": "application/json", "x-request-id": rid.decode("latin-1")},
-                    )
-                    outcome.status = upstream.status
-                    if upstream.status >= 500:
-                        payload = await upstream.read()
-                        backend.mark_failure(
-                            f"HTTP {upstream.status}", self.settings.health_failures_to_eject
-                        )
-                        return _Retry(
-                            GatewayError(
-                                502,
-                                f"backend {backend.name} answered {upstream.status}",
-                                code="upstream_error",
-                            ),
-                            upstream.status,
-                            payload,
-                        )
-                    first = await (
-                        upstream.next_chunk()
-                        if parsed.stream and upstream.status == 200
-                        else upstream.read()
-                    )
-            except asyncio.CancelledError:
-                if watch.absorb() != "client":
-                    raise
-                # Gone before the first byte (queued, prefilling): drop the upstream request
-                # now (the finally below) so the engine frees the slot.
-                outcome.client_gone = True
-                outcome.error = "client disconnected before the first byte"
-                return None
-            except TimeoutError:
-                backend.mark_failure("first byte timeout", self.settings.health_failures_to_eject)
-                return _Retry(
-                    GatewayError(
-                        504,
-                        f"backend {backend.name} sent nothing within "
-                        f"{self.settings.first_byte_timeout_s:g}s",
-                        code="upstream_timeout",
-                    )
-                )
-            except UpstreamError as exc:
-                backend.mark_failure(exc.detail, self.settings.health_failures_to_eject)
-                return _Retry(
-                    GatewayError(
-                        502,
-                        f"backend {backend.name} unreachable: {exc.detail}",
-                        code="upstream_unreachable",
-                    )
-                )
-            # The first byte (a streamed response's first chunk, or the whole of a unary
-            # one) or the end of the stream: the prompt is no longer waiting for prefill.
-            backend.prefill_pending -= prefill
-            prefill = 0
-            if parsed.stream and upstream.status == 200 and not first:
-                backend.mark_failure(
-                    "closed before first byte", self.settings.health_failures_to_eject
-                )
-                return _Retry(
-                    GatewayError(
-                        502,
-                        f"backend {backend.name} closed the stream before the first byte",
-                        code="upstream_stream_broken",
-                    )
-                )
-            outcome.first_byte = time.monotonic()
-            headers = self._response_headers(decision, backend, label, rid, upstream.content_type)
-            if upstream.status != 200 or not parsed.stream:
-                await self._relay_unary(send, upstream, first, outcome, headers)
-            else:
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                relay = StreamRelay(
-                    send,
-                    watch,
-                    upstream,
-                    outcome,
-                    idle_timeout_s=self.settings.idle_timeout_s,
-                    strip_usage=strip_usage,
-                )
-                outcome.extra["usage_forwarded"] = not strip_usage
-                await relay.run(first)
-            # The response is complete: from here on the server reports the connection as
-            # "disconnected", which must not cancel the bookkeeping below.
-            watch.close()
+            async with asyncio.timeout(timeout):
+                url = backend.spec.url + parsed.kind.path
+                upstream = await self.upstream.post(url, body, headers)
+                attempt.upstream = upstream
+                outcome.status = upstream.status
+                if upstream.status >= 500:
+                    body = await upstream.read()
+                    raise UpstreamStatus(backend.name, upstream.status, body, upstream.passed)
+                streamed = parsed.stream and upstream.status == 200
+                first = await (upstream.next_chunk() if streamed else upstream.read())
+        except asyncio.CancelledError:
+            if watch.absorb() is not Interruption.CLIENT_GONE:
+                raise
+            # Gone before the first byte (queued, prefilling): cleanup drops the upstream
+            # request now so the engine frees the slot.
+            outcome.client_gone = True
+            outcome.error = "client disconnected before the first byte"
             return None
-        finally:
-            backend.local_inflight -= 1
-            if prefill:  # no first byte: failed, timed out, retried, client gone
-                backend.prefill_pending -= prefill
-            if upstream is not None and outcome.finished == 0.0:
-                await upstream.abort()
-            if outcome.finished == 0.0:
-                outcome.finished = time.monotonic()
-            await self.store.add_inflight(backend.name, -1)
-            if outcome.first_byte is not None or outcome.client_gone:
-                self._observe(parsed, outcome, decision)
+        except TimeoutError:
+            message = f"backend {backend.name} sent nothing within {timeout:g}s"
+            raise UpstreamTimeout(backend.name, message, "first byte timeout") from None
+        except UpstreamError as exc:
+            message = f"backend {backend.name} unreachable: {exc.detail}"
+            raise UpstreamUnreachable(backend.name, message, exc.detail) from exc
+        self._first_byte_came(attempt)
+        if streamed and not first:
+            message = f"backend {backend.name} closed the stream before the first byte"
+            raise UpstreamClosedEarly(backend.name, message, "closed before first byte")
+        return first
+
+    def _upstream_headers(self, attempt: _Attempt) -> dict[str, str]:
+        caller = attempt.caller
+        headers = {
+            "content-type": "application/json",
+            # Unique per attempt: clients may reuse their id for concurrent requests, and
+            # vLLM refuses an id that is already running. The client's id leads, for logs.
+            "x-request-id": f"{attempt.rid.decode('latin-1')}-{os.urandom(4).hex()}",
+            **dict(caller.trace),
+        }
+        auth = self.credentials.for_backend(attempt.backend.name)
+        if auth.headers:
+            headers.update(auth.headers)
+        elif caller.authorization is not None:
+            headers["authorization"] = caller.authorization
+        return headers
+
+    # -- relay ----------------------------------------------------------------------------
+    async def _relay(self, attempt: _Attempt, first: bytes, watch: Watch, send: Send) -> None:
+        upstream, outcome = attempt.upstream, attempt.outcome
+        assert upstream is not None
+        outcome.first_byte = time.monotonic()
+        headers = self._response_headers(attempt, upstream.content_type)
+        if upstream.status != 200 or not attempt.parsed.stream:
+            await self._relay_unary(send, upstream, first, outcome, headers)
+        else:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            relay = StreamRelay(
+                send,
+                watch,
+                upstream,
+                outcome,
+                idle_timeout_s=self.settings.idle_timeout_s,
+                strip_usage=attempt.strip_usage,
+                kind=attempt.parsed.kind,
+                request_id=attempt.rid.decode("latin-1"),
+            )
+            outcome.usage_forwarded = not attempt.strip_usage
+            await relay.run(first)
+        # The response is complete: from here on the server reports the connection as
+        # "disconnected", which must not cancel the cleanup.
+        watch.close()
 
     async def _relay_unary(
         self,
@@ -399,57 +421,33 @@ class Gateway:
         await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
         await send({"type": "http.response.body", "body": payload, "more_body": False})
 
-    def _response_headers(
-        self,
-        decision: Decision,
-        backend: BackendState,
-        label: Classification,
-        rid: bytes,
-        content_type: str,
-    ) -> list[tuple[bytes, bytes]]:
-        reason = self.scheduler.reason(decision)
-        route = f"pool={backend.spec.pool}; backend={backend.name}; reason={reason.text}"
-        self.metrics.decisions.labels(backend.spec.pool, reason.kind.value, label.label).inc()
-        return [
+    def _route(self, attempt: _Attempt) -> Route:
+        backend = attempt.backend
+        reason = self.scheduler.reason(attempt.decision)
+        return Route(attempt.decision.request, backend.name, backend.spec.pool, reason)
+
+    def _response_headers(self, attempt: _Attempt, content_type: str) -> list[tuple[bytes, bytes]]:
+        route = attempt.route = self._route(attempt)
+        label = route.request.label
+        self.metrics.decisions.labels(route.pool, route.reason.kind, label).inc()
+        headers = [
             (b"content-type", (content_type or "application/json").encode("latin-1")),
             (b"cache-control", b"no-cache"),
-            (b"x-request-id", rid),
-            (b"x-specroute-backend", backend.name.encode("latin-1")),
-            (b"x-specroute-class", label.label.encode("latin-1")),
-            (b"x-specroute-route", route.encode("ascii", "replace")),
+            (b"x-request-id", attempt.rid),
+            (b"x-specroute-class", label.encode("latin-1")),
         ]
-
-    def _observe(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
-        backend = self.fleet.get(outcome.backend)
-        k = backend.spec.speculation.k if backend is not None else 0
-        self.observer.record(outcome, k, parsed.kind)
-        for hook in self.hooks:
-            hook(parsed, outcome, decision)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The fleet as the admin API shows it."""
-        return {
-            "backends": [
-                {
-                    "name": b.name,
-                    "url": b.spec.url,
-                    "model": b.spec.model,
-                    "pool": b.spec.pool,
-                    "speculation": b.spec.speculation.model_dump(),
-                    "draft_version": b.spec.draft_version,
-                    "healthy": b.healthy,
-                    "last_error": b.last_error,
-                    "inflight": b.inflight,
-                    "local_inflight": b.local_inflight,
-                    "prefill_pending": b.prefill_pending,
-                    "running": b.running,
-                    "waiting": b.waiting,
-                    "kv_usage": b.kv_usage,
-                    "window_acceptance": b.window_acceptance,
-                    "quarantined": b.quarantined,
-                }
-                for b in self.fleet.backends.values()
-            ],
-            "break_even": self.break_even.snapshot(),
-            "acceptance": self.acceptance.snapshot(),
-        }
+        if self.settings.route_headers:
+            text = f"pool={route.pool}; backend={route.backend}; reason={route.reason.text}"
+            headers.append((b"x-specroute-backend", route.backend.encode("latin-1")))
+            headers.append((b"x-specroute-route", text.encode("ascii", "replace")))
+        quota = attempt.caller.quota
+        upstream = attempt.upstream
+        if upstream is not None and upstream.passed:
+            # The backend's back-off signals; its x-ratelimit-* yield to the tenant's own.
+            headers += [
+                (name, value)
+                for name, value in upstream.passed
+                if not (quota and name.startswith(b"x-ratelimit-"))
+            ]
+        headers += quota
+        return headers

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.records import Outcome, ParsedRequest
+from proxy.records import Outcome, ParsedRequest, Route
 from proxy.settings import Settings
 from proxy.store.base import Store
 
@@ -165,12 +165,12 @@ class TrafficLog:
             "specroute_traffic_log_records", "Traffic log records written", registry=registry
         )
 
-    def on_outcome(self, parsed: ParsedRequest, outcome: Outcome, *_: object) -> None:
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         """Queue the record of a finished request; never blocks, never raises."""
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="traffic-log")
         try:
-            self._queue.put_nowait(record_of(parsed, outcome, with_text=self._with_text))
+            self._queue.put_nowait(record_of(request, outcome, with_text=self._with_text))
         except asyncio.QueueFull:
             self.dropped.labels("queue_full").inc()
 

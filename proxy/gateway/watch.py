@@ -8,15 +8,24 @@ client that hangs up frees the engine's slot at once, even while the request is 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
+class Interruption(enum.Enum):
+    """Why a request's task was cancelled from outside."""
+
+    CLIENT_GONE = "client"
+    UPSTREAM_IDLE = "idle"
+
+
 class Watch:
     def __init__(self, receive: Receive) -> None:
-        self.why: str | None = None
+        self.why: Interruption | None = None
+        self._closed = False
         self._target = asyncio.current_task()
         self._receive = receive
         self._watcher = asyncio.get_running_loop().create_task(self._listen())
@@ -25,24 +34,23 @@ class Watch:
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
-                self.cancel("client")
+                self.cancel(Interruption.CLIENT_GONE)
                 return
 
-    def cancel(self, why: str) -> None:
-        """Cancel the request's task once, remembering why."""
-        if self.why is None and self._target is not None:
+    def cancel(self, why: Interruption) -> None:
+        """Cancel the request's task once, remembering why (not after :meth:`close`)."""
+        if self.why is None and not self._closed and self._target is not None:
             self.why = why
             self._target.cancel()
 
-    def absorb(self) -> str | None:
+    def absorb(self) -> Interruption | None:
         """After a CancelledError: the reason if it was ours (and the cancel undone), else None."""
-        if self.why is None or self._target is None or self.why == "done":
+        if self.why is None or self._target is None:
             return None
         self._target.uncancel()
         return self.why
 
     def close(self) -> None:
         """The request is over: later disconnects (the normal end) mean nothing."""
-        if self.why is None:
-            self.why = "done"
+        self._closed = True
         self._watcher.cancel()

@@ -39,7 +39,7 @@ class BackendState:
     _local: int = field(default=0, init=False, repr=False)
     _others: int = field(default=0, init=False, repr=False)
     inflight: int = field(default=0, init=False)
-    # Prompt tokens (estimated from the body size, see Gateway._attempt) this replica has
+    # Prompt tokens (estimated from the body size, see Gateway._account) this replica has
     # sent here whose first byte has not come back yet: the prefill queued ahead of a new
     # request, which an in-flight count cannot see (a 3000-token RAG prompt counts like a
     # 20-token chat turn). Local to this replica, not in the (Redis) store: it changes

@@ -12,9 +12,10 @@ import logging
 from typing import Any
 
 from proxy.metrics import GatewayMetrics
-from proxy.records import Outcome
+from proxy.records import Outcome, ParsedRequest, Route
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.store import Store
 
@@ -35,10 +36,11 @@ def acceptance_of(outcome: Outcome, k: int, kind: str) -> tuple[float, float] | 
         accepted = float(spec.get("num_accepted_draft_tokens") or 0)
         return (accepted, drafted) if drafted > 0 else None
     tokens = outcome.completion_tokens
-    if not tokens or k <= 0 or outcome.events <= 0:
+    if not tokens or k <= 0 or outcome.events <= 0 or kind == "responses":
+        # The Responses API's events are not one per engine step: only the exact summary.
         return None
     # Not content: [DONE], the usage event (counted only when forwarded), chat's role event.
-    steps = outcome.events - 1 - (1 if outcome.extra.get("usage_forwarded") else 0)
+    steps = outcome.events - 1 - (1 if outcome.usage_forwarded else 0)
     steps -= 1 if kind == "chat" else 0
     if steps <= 1:
         return None
@@ -50,6 +52,7 @@ class Observer:
     def __init__(
         self,
         store: Store,
+        fleet: Fleet,
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
         metrics: GatewayMetrics,
@@ -57,6 +60,7 @@ class Observer:
         flush_interval_s: float = 0.1,
     ) -> None:
         self.store = store
+        self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
         self.metrics = metrics
@@ -66,6 +70,11 @@ class Observer:
         self._flush_interval = flush_interval_s
         self._pending: list[dict[str, Any]] = []
         self._cursor: str | None = None
+
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
+        backend = self.fleet.get(outcome.backend)
+        k = backend.spec.speculation.k if backend is not None else 0
+        self.record(outcome, k, request.kind)
 
     def record(self, outcome: Outcome, k: int, kind: str) -> None:
         """Apply one outcome (synchronous and cheap: called as the response ends)."""

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="add metrics.speculative_decoding to responses (as vLLM's flag)",
     )
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--api-key", help="require this bearer token on /v1 and /v2 (as vLLM)")
     faults = parser.add_argument_group("faults (also switchable at run time: /admin/faults)")
     faults.add_argument("--drift-from-token", type=int, help="first output token that differs")
     faults.add_argument("--near-tie", action="store_true", help="drift shows as a near-tie")
@@ -73,6 +74,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         max_num_seqs=args.max_num_seqs,
         per_request_spec_metrics=args.per_request_spec_decode_metrics == "summary",
         faults=faults,
+        api_key=args.api_key,
     )
     if args.profile:
         config = config.model_copy(update={"profile": load_profile(args.profile)})

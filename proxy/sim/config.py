@@ -25,7 +25,9 @@ class Faults(BaseModel):
     near_tie: bool = False
     acceptance: float | None = Field(default=None, ge=0.0, le=1.0)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    error_status: Literal[500, 503] = 500
+    error_status: Literal[429, 500, 503] = 500
+    # Sent as Retry-After with a failed request (a busy server's back-off signal).
+    retry_after_s: int | None = Field(default=None, ge=0)
     ttft_delay_ms: float = Field(default=0.0, ge=0.0)
     stall_ms: float = Field(default=0.0, ge=0.0)
     stall_after_tokens: int | None = Field(default=None, ge=0)
@@ -46,6 +48,8 @@ class SimConfig(BaseModel):
     max_num_seqs: int = Field(default=256, gt=0)
     faults: Faults = Field(default_factory=Faults)
     acceptance: dict[PromptClass, float] | None = None
+    # As vLLM's --api-key: a bearer token required on the /v1 and /v2 paths only.
+    api_key: str | None = None
 
     @model_validator(mode="after")
     def _check_acceptance(self) -> SimConfig:

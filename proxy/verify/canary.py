@@ -18,23 +18,111 @@ that degrades slowly is judged on its recent behaviour, not its good start. Deci
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import logging
 import math
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from proxy.policy import Policy
 from proxy.policy.canary import CanaryConfig
-from proxy.records import Outcome, ParsedRequest, RequestInfo
-from proxy.routing.scheduler.scheduler import Decision
+from proxy.records import Outcome, ParsedRequest, RequestInfo, Route
 from proxy.store import Store
+from proxy.verify.compare import Verdict as ShadowVerdict
 from proxy.verify.stats import Summary, diff_interval, wilson, z_for
 
 log = logging.getLogger("specroute.canary")
 STATES = ("running", "paused", "promoted", "rolled_back")
 AUDIT_LOG = "canary:audit"
+
+
+class ArmName(enum.StrEnum):
+    CANDIDATE = "candidate"
+    BASELINE = "baseline"
+
+
+# Evidence rows were once written with short keys; rows from replicas still running that
+# code are read too (full name -> short key; arms were "c" and "b").
+_SHORT_KEYS = {
+    "canary": "n",
+    "step": "st",
+    "load": "l",
+    "tpot": "t",
+    "acceptance": "a",
+    "verdict": "sv",
+}
+_SHORT_ARMS = {"c": ArmName.CANDIDATE, "b": ArmName.BASELINE}
+
+
+def _read(row: Mapping[str, Any], name: str) -> Any:
+    return row[name] if name in row else row.get(_SHORT_KEYS[name])
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEvidence:
+    """One relayed request of a canary step, as every replica logs it."""
+
+    canary: str
+    step: int
+    arm: ArmName
+    load: float
+    tpot: float | None
+    acceptance: float | None = None  # accepted / drafted tokens, when the request drafted
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowEvidence:
+    """One shadow verdict on a candidate's output during a canary step."""
+
+    canary: str
+    step: int
+    verdict: ShadowVerdict
+
+
+EvidenceRow = RequestEvidence | ShadowEvidence
+
+
+def evidence_to_dict(row: EvidenceRow) -> dict[str, Any]:
+    if isinstance(row, ShadowEvidence):
+        return {"canary": row.canary, "step": row.step, "verdict": row.verdict}
+    out: dict[str, Any] = {
+        "canary": row.canary,
+        "step": row.step,
+        "arm": row.arm.value,
+        "load": row.load,
+        "tpot": row.tpot,
+    }
+    if row.acceptance is not None:
+        out["acceptance"] = row.acceptance
+    return out
+
+
+def evidence_from_dict(row: Mapping[str, Any]) -> EvidenceRow | None:
+    """A logged row (full or short keys); ``None`` for one this version cannot read."""
+    canary, step = _read(row, "canary"), _read(row, "step")
+    if not isinstance(canary, str) or not isinstance(step, int):
+        return None
+    verdict = _read(row, "verdict")
+    if verdict is not None:
+        return ShadowEvidence(canary, step, verdict)
+    written = str(row.get("arm"))
+    try:
+        arm = _SHORT_ARMS.get(written) or ArmName(written)
+    except ValueError:
+        return None
+    tpot, acceptance = _read(row, "tpot"), _read(row, "acceptance")
+    return RequestEvidence(
+        canary,
+        step,
+        arm,
+        float(_read(row, "load") or 1),
+        float(tpot) if tpot else None,
+        None if acceptance is None else float(acceptance),
+    )
 
 
 @dataclass(slots=True)
@@ -78,93 +166,143 @@ def _tpot_ratio(
     return (weighted / weight if weight else None), matched
 
 
-def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: bool) -> Verdict:
-    """The decision rule, a pure function of the evidence (unit-tested on its own)."""
-    crit = config.criteria
-    z = z_for(crit.confidence)
-    cand = Summary.of(evidence.candidate.acceptance)
-    base = Summary.of(evidence.baseline.acceptance)
-    details: dict[str, Any] = {
-        "candidate_requests": cand.n,
-        "baseline_requests": base.n,
-        "candidate_acceptance": cand.mean if cand.n else None,
-        "baseline_acceptance": base.mean if base.n else None,
-        "shadow_judged": evidence.shadow_judged,
-        "shadow_drift": evidence.shadow_drift,
-    }
-    if cand.n >= config.min_collapse_samples and cand.mean < crit.collapse_acceptance:
-        return Verdict(
-            "rollback",
-            f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}",
-            details,
-        )
-    drift_lo, drift_hi = wilson(evidence.shadow_drift, evidence.shadow_judged, z)
-    details["drift_interval"] = [drift_lo, drift_hi]
-    if evidence.shadow_drift and drift_lo > crit.max_drift_rate:
-        return Verdict(
-            "rollback",
-            f"output drift: rate >= {drift_lo:.1%} with {crit.confidence:.0%} confidence",
-            details,
-        )
+@dataclass(slots=True)
+class _Judgement:
+    """One evaluation: the evidence summarised, and what each criterion found so far."""
 
-    checks: dict[str, bool | None] = {}
-    if baseline_speculative:
-        lo, hi = diff_interval(cand, base, z)
-        details["acceptance_diff_interval"] = [lo, hi]
-        if cand.n >= config.min_samples and base.n >= config.min_samples:
-            if hi < -crit.max_acceptance_drop:
-                return Verdict(
-                    "rollback",
-                    f"acceptance worse than baseline by more than {crit.max_acceptance_drop}",
-                    details,
-                )
-            checks["acceptance"] = lo > -crit.max_acceptance_drop
-        else:
-            checks["acceptance"] = None
-    if crit.min_acceptance is not None:
-        lo, hi = cand.interval(z)
-        details["acceptance_interval"] = [lo, hi]
-        if cand.n >= config.min_samples:
-            if hi < crit.min_acceptance:
-                return Verdict("rollback", f"acceptance below {crit.min_acceptance}", details)
-            checks["min_acceptance"] = lo >= crit.min_acceptance
-        else:
-            checks["min_acceptance"] = None
-    ratio, matched = _tpot_ratio(evidence.candidate.tpot, evidence.baseline.tpot)
-    details["tpot_ratio_matched_load"] = ratio
-    details["tpot_matched_samples"] = matched
-    if (
-        ratio is not None
-        and matched >= config.min_samples
-        and ratio > 1 + 2 * crit.max_tpot_increase
-    ):
-        return Verdict("rollback", f"TPOT at matched load {ratio:.2f}x the baseline", details)
-    # TPOT is judged only where both arms ran at the same load; without such samples it
-    # does not block (recorded as not evaluated).
-    checks["tpot"] = (
-        None
-        if ratio is None or matched < config.min_samples // 2
-        else ratio <= 1 + crit.max_tpot_increase
-    )
-    if evidence.shadow_judged >= config.min_shadow_samples and config.min_shadow_samples > 0:
-        checks["drift"] = (
-            drift_hi <= crit.max_drift_rate
-            or evidence.shadow_drift / evidence.shadow_judged <= crit.max_drift_rate
+    config: CanaryConfig
+    evidence: Evidence
+    z: float
+    cand: Summary
+    base: Summary
+    details: dict[str, Any]
+    checks: dict[str, bool | None] = field(default_factory=dict)
+    drift: tuple[float, float] = (0.0, 1.0)
+
+    @classmethod
+    def of(cls, config: CanaryConfig, evidence: Evidence) -> _Judgement:
+        cand = Summary.of(evidence.candidate.acceptance)
+        base = Summary.of(evidence.baseline.acceptance)
+        details: dict[str, Any] = {
+            "candidate_requests": cand.n,
+            "baseline_requests": base.n,
+            "candidate_acceptance": cand.mean if cand.n else None,
+            "baseline_acceptance": base.mean if base.n else None,
+            "shadow_judged": evidence.shadow_judged,
+            "shadow_drift": evidence.shadow_drift,
+        }
+        return cls(config, evidence, z_for(config.criteria.confidence), cand, base, details)
+
+    def verdict(self, action: str, reason: str) -> Verdict:
+        return Verdict(action, reason, self.details)
+
+    def collapse(self) -> Verdict | None:
+        crit, cand = self.config.criteria, self.cand
+        if cand.n >= self.config.min_collapse_samples and cand.mean < crit.collapse_acceptance:
+            return self.verdict(
+                "rollback", f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}"
+            )
+        return None
+
+    def drift_bound(self) -> Verdict | None:
+        crit, evidence = self.config.criteria, self.evidence
+        self.drift = wilson(evidence.shadow_drift, evidence.shadow_judged, self.z)
+        self.details["drift_interval"] = list(self.drift)
+        if evidence.shadow_drift and self.drift[0] > crit.max_drift_rate:
+            return self.verdict(
+                "rollback",
+                f"output drift: rate >= {self.drift[0]:.1%} with {crit.confidence:.0%} confidence",
+            )
+        return None
+
+    def acceptance_vs_baseline(self) -> Verdict | None:
+        crit, enough = self.config.criteria, self.config.min_samples
+        lo, hi = diff_interval(self.cand, self.base, self.z)
+        self.details["acceptance_diff_interval"] = [lo, hi]
+        if self.cand.n < enough or self.base.n < enough:
+            self.checks["acceptance"] = None
+            return None
+        if hi < -crit.max_acceptance_drop:
+            return self.verdict(
+                "rollback",
+                f"acceptance worse than baseline by more than {crit.max_acceptance_drop}",
+            )
+        self.checks["acceptance"] = lo > -crit.max_acceptance_drop
+        return None
+
+    def min_acceptance(self) -> Verdict | None:
+        floor = self.config.criteria.min_acceptance
+        assert floor is not None
+        lo, hi = self.cand.interval(self.z)
+        self.details["acceptance_interval"] = [lo, hi]
+        if self.cand.n < self.config.min_samples:
+            self.checks["min_acceptance"] = None
+            return None
+        if hi < floor:
+            return self.verdict("rollback", f"acceptance below {floor}")
+        self.checks["min_acceptance"] = lo >= floor
+        return None
+
+    def tpot(self) -> Verdict | None:
+        config, crit = self.config, self.config.criteria
+        ratio, matched = _tpot_ratio(self.evidence.candidate.tpot, self.evidence.baseline.tpot)
+        self.details["tpot_ratio_matched_load"] = ratio
+        self.details["tpot_matched_samples"] = matched
+        if (
+            ratio is not None
+            and matched >= config.min_samples
+            and ratio > 1 + 2 * crit.max_tpot_increase
+        ):
+            return self.verdict("rollback", f"TPOT at matched load {ratio:.2f}x the baseline")
+        # TPOT is judged only where both arms ran at the same load; without such samples it
+        # does not block (recorded as not evaluated).
+        self.checks["tpot"] = (
+            None
+            if ratio is None or matched < config.min_samples // 2
+            else ratio <= 1 + crit.max_tpot_increase
         )
-    details["checks"] = checks
-    if cand.n < config.min_samples:
-        return Verdict("wait", f"{cand.n}/{config.min_samples} candidate requests", details)
-    failing = [name for name, ok in checks.items() if ok is False]
-    pending = [
-        name
-        for name, ok in checks.items()
-        if ok is None and name in ("acceptance", "min_acceptance")
-    ]
-    if config.min_shadow_samples and "drift" not in checks:
-        pending.append("drift")
-    if failing or pending:
-        return Verdict("wait", "not yet conclusive: " + ", ".join(failing + pending), details)
-    return Verdict("advance", "all criteria pass", details)
+        return None
+
+    def conclude(self) -> Verdict:
+        """No clear failure: advance if every criterion passes, else keep collecting."""
+        config, evidence, checks = self.config, self.evidence, self.checks
+        judged = evidence.shadow_judged
+        if judged >= config.min_shadow_samples and config.min_shadow_samples > 0:
+            checks["drift"] = (
+                self.drift[1] <= config.criteria.max_drift_rate
+                or evidence.shadow_drift / judged <= config.criteria.max_drift_rate
+            )
+        self.details["checks"] = checks
+        if self.cand.n < config.min_samples:
+            return self.verdict("wait", f"{self.cand.n}/{config.min_samples} candidate requests")
+        failing = [name for name, ok in checks.items() if ok is False]
+        pending = [
+            name
+            for name, ok in checks.items()
+            if ok is None and name in ("acceptance", "min_acceptance")
+        ]
+        if config.min_shadow_samples and "drift" not in checks:
+            pending.append("drift")
+        if failing or pending:
+            return self.verdict("wait", "not yet conclusive: " + ", ".join(failing + pending))
+        return self.verdict("advance", "all criteria pass")
+
+
+def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: bool) -> Verdict:
+    """The decision rule, a pure function of the evidence (unit-tested on its own): clear
+    failures roll back at once, in this order; otherwise the criteria decide."""
+    judgement = _Judgement.of(config, evidence)
+    steps = [judgement.collapse, judgement.drift_bound]
+    if baseline_speculative:
+        steps.append(judgement.acceptance_vs_baseline)
+    if config.criteria.min_acceptance is not None:
+        steps.append(judgement.min_acceptance)
+    steps.append(judgement.tpot)
+    for step in steps:
+        verdict = step()
+        if verdict is not None:
+            return verdict
+    return judgement.conclude()
 
 
 def sticky_fraction(name: str, key: str) -> float:
@@ -174,25 +312,35 @@ def sticky_fraction(name: str, key: str) -> float:
 
 
 class CanaryController:
-    def __init__(self, store: Store, metrics: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self.metrics = metrics
         self.config: CanaryConfig | None = None
         self.baseline_speculative = True
         self.state = "running"
         self.step = 0
         self.seq = 0
         self.evidence = Evidence()
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[EvidenceRow] = []
         self._cursor: str | None = None
         self._since_eval = 0
 
     # -- policy ---------------------------------------------------------------------------------
+    def on_policy(self, policy: Policy) -> None:
+        self.configure(policy.canary, policy.baseline_speculative())
+
     def configure(self, config: CanaryConfig | None, baseline_speculative: bool = True) -> None:
         if config is None or self.config is None or config.name != self.config.name:
             self.state, self.step, self.seq, self.evidence = "running", 0, 0, Evidence()
         self.config = config
         self.baseline_speculative = baseline_speculative
+
+    @property
+    def name(self) -> str | None:
+        return self.config.name if self.config else None
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return STATES
 
     @property
     def share(self) -> float:
@@ -224,51 +372,53 @@ class CanaryController:
         return dict.fromkeys(self.config.candidates, self.config.shadow_rate)
 
     # -- evidence -------------------------------------------------------------------------------
-    def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         config = self.config
         if config is None or self.state not in ("running", "paused") or not outcome.ok:
             return
         if outcome.backend in config.candidates:
-            arm = "c"
+            arm = ArmName.CANDIDATE
         elif outcome.backend in config.baseline:
-            arm = "b"
+            arm = ArmName.BASELINE
         else:
             return
         if config.classes is not None and outcome.label not in config.classes:
             return
         spec = outcome.spec or {}
         drafted = float(spec.get("num_draft_tokens") or 0)
-        row: dict[str, Any] = {
-            "n": config.name,
-            "st": self.step,
-            "arm": arm,
-            "l": outcome.load,
-            "t": outcome.tpot,
-        }
-        if drafted > 0:
-            row["a"] = float(spec.get("num_accepted_draft_tokens") or 0) / drafted
-        self._pending.append(row)
+        accepted = float(spec.get("num_accepted_draft_tokens") or 0)
+        self._pending.append(
+            RequestEvidence(
+                config.name,
+                self.step,
+                arm,
+                outcome.load,
+                outcome.tpot,
+                accepted / drafted if drafted > 0 else None,
+            )
+        )
 
-    def on_shadow(self, backend: str, verdict: str) -> None:
+    def on_verdict(self, backend: str, verdict: ShadowVerdict) -> None:
         config = self.config
         if config is None or backend not in config.candidates or verdict == "error":
             return
-        self._pending.append({"n": config.name, "st": self.step, "arm": "c", "sv": verdict})
+        self._pending.append(ShadowEvidence(config.name, self.step, verdict))
 
-    def _absorb(self, row: dict[str, Any]) -> None:
-        if self.config is None or row.get("n") != self.config.name or row.get("st") != self.step:
+    def _absorb(self, row: EvidenceRow) -> None:
+        if self.config is None or row.canary != self.config.name or row.step != self.step:
             return
-        arm = self.evidence.candidate if row.get("arm") == "c" else self.evidence.baseline
-        if "sv" in row:
+        if isinstance(row, ShadowEvidence):
             self.evidence.shadow_judged += 1
-            self.evidence.shadow_drift += row["sv"] == "diverged"
+            self.evidence.shadow_drift += row.verdict == "diverged"
             return
-        if row.get("a") is not None:
-            arm.acceptance.append(float(row["a"]))
-            if row.get("arm") == "c":
+        candidate = row.arm is ArmName.CANDIDATE
+        arm = self.evidence.candidate if candidate else self.evidence.baseline
+        if row.acceptance is not None:
+            arm.acceptance.append(row.acceptance)
+            if candidate:
                 self._since_eval += 1
-        if row.get("t"):
-            arm.tpot.append((float(row.get("l") or 1), float(row["t"])))
+        if row.tpot:
+            arm.tpot.append((row.load, row.tpot))
 
     # -- decisions ------------------------------------------------------------------------------
     async def _transition(
@@ -345,14 +495,18 @@ class CanaryController:
         if self._pending:
             batch, self._pending = self._pending, []
             await self.store.append_many(
-                f"canary:evidence:{self.config.name}", batch, maxlen=100_000
+                f"canary:evidence:{self.config.name}",
+                [evidence_to_dict(row) for row in batch],
+                maxlen=100_000,
             )
         await self._load()
         for entry in await self.store.read_after(
             f"canary:evidence:{self.config.name}", self._cursor, limit=10_000
         ):
             self._cursor = entry.cursor
-            self._absorb(entry.record)
+            row = evidence_from_dict(entry.record)
+            if row is not None:
+                self._absorb(row)
         if self.state != "running" or self._since_eval < self.config.evaluate_every:
             return
         self._since_eval = 0

@@ -14,20 +14,23 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import orjson
 
+from proxy.metrics import GatewayMetrics
+from proxy.policy import Policy
+from proxy.policy.credentials import BackendCredentials
 from proxy.policy.shadow import ShadowConfig
-from proxy.records import Endpoint, Outcome, ParsedRequest
+from proxy.records import Endpoint, Outcome, ParsedRequest, Route
 from proxy.routing.fleet import BackendState, Fleet
-from proxy.routing.scheduler.scheduler import Decision
 from proxy.store import Store
 from proxy.verify.compare import (
     Comparison,
+    Verdict,
     compare,
     tokens_from_chat_logprobs,
     tokens_from_completion_logprobs,
@@ -36,6 +39,16 @@ from proxy.verify.compare import (
 log = logging.getLogger("specroute.shadow")
 SHADOW_LOG = "shadow"
 QUARANTINE_DOC = "quarantine"
+
+
+class ShadowRates(Protocol):
+    def shadow_rates(self) -> Mapping[str, float]:
+        """Sampling rates by backend name that replace the policy's (a canary's candidates)."""
+
+
+class VerdictListener(Protocol):
+    def on_verdict(self, backend: str, verdict: Verdict) -> None:
+        """One sample of ``backend`` was judged (called off the request path; must not block)."""
 
 
 @dataclass(slots=True)
@@ -51,8 +64,20 @@ class ShadowJob:
 
 
 class ShadowVerifier:
-    def __init__(self, fleet: Fleet, store: Store, client: httpx.AsyncClient, metrics: Any) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        store: Store,
+        client: httpx.AsyncClient,
+        metrics: GatewayMetrics,
+        *,
+        rates: ShadowRates | None = None,
+        verdict_listeners: tuple[VerdictListener, ...] = (),
+        credentials: BackendCredentials | None = None,
+    ) -> None:
         self.fleet = fleet
+        # The reference backend's key, if it wants one (vLLM's --api-key).
+        self.credentials = credentials
         self.store = store
         self.client = client
         self.metrics = metrics
@@ -62,11 +87,14 @@ class ShadowVerifier:
         self._drift: dict[str, deque[bool]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self.dropped = 0
-        # Rates set by other components (a canary shadows its candidates heavily) and
+        # Rates set by another component (a canary shadows its candidates heavily) and
         # listeners told of each verdict (the canary's drift evidence).
-        self.rate_overrides: Callable[[], dict[str, float]] = dict
-        self.listeners: list[Callable[[str, str], None]] = []
+        self._rates = rates
+        self._verdict_listeners = verdict_listeners
         self._replaying: dict[str, int] = {}
+
+    def on_policy(self, policy: Policy) -> None:
+        self.configure(policy.shadow)
 
     def configure(self, config: ShadowConfig) -> None:
         self.config = config
@@ -83,8 +111,8 @@ class ShadowVerifier:
         )
         return max(1, min(self.config.max_concurrency, int(capacity * self.config.max_share)))
 
-    # -- sampling (called by the gateway as each response ends; must not block) ----------
-    def sample(self, backend: BackendState) -> bool:
+    # -- sampling (called by the gateway on the request path; must not block) ------------
+    def should_capture(self, backend: BackendState) -> bool:
         """Draw, before the request is sent, whether its output is captured and replayed.
 
         Deciding up front keeps the relay from parsing every event of every greedy stream
@@ -93,24 +121,24 @@ class ShadowVerifier:
         cfg = self.config
         if cfg.reference_pool is None or not backend.speculative:
             return False
-        rate = self.rate_overrides().get(backend.name)
+        rate = self._rates.shadow_rates().get(backend.name) if self._rates else None
         if rate is None:
             rate = cfg.rate_for(backend.name, backend.pool, backend.spec.draft_version)
         return rate > 0 and self._random.random() < rate
 
-    def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         if not outcome.ok or outcome.text is None or self.config.reference_pool is None:
             return
         backend = self.fleet.get(outcome.backend)
         draft_version = backend.spec.draft_version if backend else ""
         job = ShadowJob(
-            parsed,
+            request,
             "".join(outcome.text),
             outcome.backend,
             outcome.pool,
             draft_version,
             outcome.label,
-            decision.request.request_id,
+            route.request.request_id,
             time.monotonic(),
         )
         try:
@@ -146,6 +174,11 @@ class ShadowVerifier:
             body["logprobs"] = self.config.top_logprobs
         return orjson.dumps(body)
 
+    def _auth(self, backend: str) -> dict[str, str]:
+        if self.credentials is None:
+            return {}
+        return dict(self.credentials.for_backend(backend).headers)
+
     async def verify(self, job: ShadowJob) -> Comparison:
         name = self._reference_name()
         reference = self.fleet.get(name) if name else None
@@ -158,7 +191,11 @@ class ShadowVerifier:
             resp = await self.client.post(
                 url + path,
                 content=self._replay_body(job.parsed),
-                headers={"content-type": "application/json", "x-specroute-shadow": "1"},
+                headers={
+                    "content-type": "application/json",
+                    "x-specroute-shadow": "1",
+                    **self._auth(name),
+                },
                 timeout=self.config.timeout_s,
             )
         except httpx.HTTPError as exc:
@@ -196,8 +233,8 @@ class ShadowVerifier:
         else:
             record["primary_context"] = record["reference_context"] = "[redacted]"
         await self.store.append(SHADOW_LOG, record, maxlen=10_000)
-        for listener in self.listeners:
-            listener(job.backend, result.verdict)
+        for listener in self._verdict_listeners:
+            listener.on_verdict(job.backend, result.verdict)
         if result.verdict != "error":
             await self._judge_quarantine(job.backend, result.verdict == "diverged")
 

@@ -74,7 +74,7 @@ def test_relay_is_byte_for_byte(
         raw = client.chat.completions.with_raw_response.create(
             model=server.model, messages=MESSAGES, max_tokens=24, temperature=0, extra_body=FIXED
         )
-        assert raw.http_response.content == bytes(tap.responses[raw.headers["x-request-id"]])
+        assert raw.http_response.content == tap.for_request(raw.headers["x-request-id"])
         assert raw.headers["x-specroute-backend"] == name
         for usage in (True, False):
             extra = {"stream_options": {"include_usage": True}} if usage else {}
@@ -88,7 +88,7 @@ def test_relay_is_byte_for_byte(
                 **extra,
             }
             resp = httpx.post(gw.url + "/v1/completions", json=body, timeout=120)
-            upstream = bytes(tap.responses[resp.headers["x-request-id"]])
+            upstream = tap.for_request(resp.headers["x-request-id"])
             if usage:
                 assert resp.content == upstream
             else:
@@ -179,7 +179,7 @@ def test_client_disconnect_frees_the_vllm_slot(
             pytest.fail("three disconnected requests all ran to their end")
         generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
         assert 0 < generated < max_tokens, "the request was not aborted"
-        assert gw.call(lambda: gw.gateway.fleet.backends["plain"].local_inflight) == 0
+        assert gw.call(lambda: gw.runtime.fleet.backends["plain"].local_inflight) == 0
         text = httpx.get(gw.url + "/metrics").text
         assert 'result="client_gone"' in text
 
@@ -233,7 +233,7 @@ def test_acceptance_seen_by_the_gateway_matches_the_backends(
                 assert rate > 0.9 and counter_rate > 0.9
             elif name == "draft-bad":
                 assert rate < 0.1 and counter_rate < 0.1
-            window = gw.call(lambda n=name: gw.gateway.fleet.backends[n].window_acceptance)
+            window = gw.call(lambda n=name: gw.runtime.fleet.backends[n].window_acceptance)
             assert window is None or abs(window - counter_rate) < 0.5
 
 

@@ -26,7 +26,7 @@ import yaml
 from proxy.check import ModelResolver, check_deployment
 from proxy.cli import build_parser
 from proxy.gateway.app import create_app
-from proxy.gateway.handler import Gateway
+from proxy.gateway.runtime import Runtime
 from proxy.policy import load_policy, parse_policy
 from proxy.settings import ENV_PREFIX, Settings
 from tests.kustomize_render import OVERLAYS, REPO, Rendered, container, kustomize, selects
@@ -131,7 +131,7 @@ async def test_alert_rules_use_only_metrics_the_gateway_exports() -> None:
 
 def test_the_policy_validates_and_is_the_overlays_file(rendered: Rendered) -> None:
     policy = parse_policy(rendered.policy_text, "ConfigMap specroute-policy")
-    Gateway.validate_policy(policy)
+    Runtime.validate_policy(policy)
     assert rendered.policy_text == (rendered.overlay / "policy.yaml").read_text()
 
 

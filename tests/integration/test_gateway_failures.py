@@ -91,7 +91,7 @@ def test_connection_refused_is_retried_and_backend_ejected(
     backends = [sim_backend("dead", dead, "plain"), sim_backend("ok", healthy.url, "plain")]
     with gateway(tmp_path, backends, scrape_interval_s=30) as gw:
         gw.call(
-            lambda: setattr(gw.gateway.fleet.backends["dead"], "healthy", True)
+            lambda: setattr(gw.runtime.fleet.backends["dead"], "healthy", True)
         )  # as if it just died
         for _ in range(6):
             resp = httpx.post(
@@ -101,7 +101,7 @@ def test_connection_refused_is_retried_and_backend_ejected(
             )
             assert resp.status_code == 200
             assert resp.headers["x-specroute-backend"] == "ok"
-        assert gw.call(lambda: gw.gateway.fleet.backends["dead"].healthy) is False
+        assert gw.call(lambda: gw.runtime.fleet.backends["dead"].healthy) is False
 
 
 def test_backend_dying_mid_stream_ends_with_an_error_event(tmp_path: Path) -> None:
@@ -169,11 +169,11 @@ def test_client_disconnect_frees_the_backend_slot(tmp_path: Path) -> None:
                 break  # read a little, then hang up while the backend is stalled
         deadline = time.monotonic() + 5
         while (
-            sim.engine.num_running or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)
+            sim.engine.num_running or gw.call(lambda: gw.runtime.fleet.backends["b"].local_inflight)
         ) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sim.engine.num_running == 0
-        assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
+        assert gw.call(lambda: gw.runtime.fleet.backends["b"].local_inflight) == 0
         text = httpx.get(gw.url + "/metrics").text
         assert 'result="client_gone"' in text
 
@@ -192,10 +192,10 @@ def test_client_leaving_before_the_first_byte_frees_the_slot(tmp_path: Path) -> 
         while (
             sim.engine.num_running
             or sim.engine.num_waiting
-            or gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight)
+            or gw.call(lambda: gw.runtime.fleet.backends["b"].local_inflight)
         ) and time.monotonic() - started < 5:
             time.sleep(0.05)
-        assert gw.call(lambda: gw.gateway.fleet.backends["b"].local_inflight) == 0
+        assert gw.call(lambda: gw.runtime.fleet.backends["b"].local_inflight) == 0
         assert sim.engine.num_running == 0
         assert time.monotonic() - started < 5
         assert 'result="client_gone"' in httpx.get(gw.url + "/metrics").text
@@ -207,7 +207,7 @@ def test_prefill_pending_is_counted_until_the_first_byte(tmp_path: Path) -> None
         run_sim_in_thread(SimConfig(faults=held)) as slow,
         gateway(tmp_path, [sim_backend("slow", slow.url, "plain")]) as gw,
     ):
-        backend = gw.gateway.fleet.backends["slow"]
+        backend = gw.runtime.fleet.backends["slow"]
         raw = orjson.dumps({"model": MODEL, "messages": CHAT, "max_tokens": 6, "stream": True})
         first_chunk, finish = threading.Event(), threading.Event()
 
@@ -264,7 +264,7 @@ def test_prefill_pending_is_released_on_every_failure_path(tmp_path: Path) -> No
             sim_backend("ok", ok.url, "plain", weight=0.1),
         ]
         with gateway(tmp_path, backends, first_byte_timeout_s=0.5, scrape_interval_s=30) as gw:
-            fleet = gw.gateway.fleet.backends
+            fleet = gw.runtime.fleet.backends
             gw.wait_for(lambda: all(b.checked for b in fleet.values()), what="first health check")
 
             def only(*names: str) -> None:

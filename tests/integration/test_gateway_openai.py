@@ -152,7 +152,7 @@ def test_bytes_reach_the_client_exactly_as_the_backend_sent_them(
                 resp = httpx.post(handle.url + "/v1/chat/completions", json=body, timeout=10)
                 assert resp.status_code == 200
                 rid = resp.headers["x-request-id"]
-                assert resp.content == tap.responses[rid]
+                assert resp.content == tap.for_request(rid)
                 if stream:
                     assert (
                         resp.content.endswith(b"data: [DONE]\n\n")
@@ -167,7 +167,7 @@ def test_models_health_ready_metrics(gw: GatewayHandle) -> None:
     ready = httpx.get(gw.url + "/ready").json()
     assert ready["ready"] is True and len(ready["healthy_backends"]) == 3
     gw.wait_for(
-        lambda: gw.gateway.fleet.backends["ngram-0"].spec_counters is not None, what="a scrape"
+        lambda: gw.runtime.fleet.backends["ngram-0"].spec_counters is not None, what="a scrape"
     )
     text = httpx.get(gw.url + "/metrics").text
     for name in (
@@ -208,6 +208,14 @@ def test_bad_input_gets_openai_errors(
     assert error["param"] == param and error["message"]
 
 
+def test_other_methods_on_relayed_paths_get_an_openai_405(gw: GatewayHandle) -> None:
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        resp = httpx.get(gw.url + path)
+        assert resp.status_code == 405
+        assert resp.json()["error"]["type"] == "invalid_request_error"
+    assert "/v1/chat/completions" not in httpx.get(gw.url + "/openapi.json").json()["paths"]
+
+
 def test_sdk_raises_typed_errors(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=CHAT)
@@ -227,7 +235,7 @@ def test_class_override_header(client: openai.OpenAI) -> None:
 
 
 def test_explain_does_not_send(gw: GatewayHandle) -> None:
-    before = gw.call(lambda: sum(b.local_inflight for b in gw.gateway.fleet.backends.values()))
+    before = gw.call(lambda: sum(b.local_inflight for b in gw.runtime.fleet.backends.values()))
     body = {
         "model": MODEL,
         "messages": [

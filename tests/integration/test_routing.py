@@ -103,7 +103,7 @@ def test_load_past_break_even_moves_to_plain_without_flapping(
     # scrape; this test is about in-flight counts against break-even.
     with run_gateway(Settings(policy_path=path, port=0, scrape_interval_s=30)) as gw:
         gw.wait_for(
-            lambda: all(b.healthy for b in gw.gateway.fleet.backends.values()), what="health"
+            lambda: all(b.healthy for b in gw.runtime.fleet.backends.values()), what="health"
         )
         assert post(gw, CHAT).headers["x-specroute-backend"] == "eagle-0"  # idle: speculate
 
@@ -150,7 +150,7 @@ def test_acceptance_collapse_moves_traffic_and_recovery_brings_it_back(
     # about the per-request acceptance floor and its probes.
     with run_gateway(Settings(policy_path=path, port=0, scrape_interval_s=30)) as gw:
         gw.wait_for(
-            lambda: all(b.healthy for b in gw.gateway.fleet.backends.values()), what="health"
+            lambda: all(b.healthy for b in gw.runtime.fleet.backends.values()), what="health"
         )
         warm = [post(gw, CODE, 32).headers["x-specroute-backend"] for _ in range(6)]
         assert warm == ["ngram-0"] * 6

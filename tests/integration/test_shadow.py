@@ -105,12 +105,12 @@ def test_real_drift_is_reported_at_its_position_and_quarantines(
     assert rows[0]["primary_context"] == "[redacted]"
     # Over the limit: the backend is quarantined and traffic moves to the plain one.
     gw.wait_for(
-        lambda: gw.gateway.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine"
+        lambda: gw.runtime.fleet.backends["spec-0"].quarantined is not None, 10, "quarantine"
     )
     assert ask(gw, 100, stream=False).headers["x-specroute-backend"] == "plain-0"
     assert "drift" in httpx.get(gw.url + "/admin/shadow").json()["quarantined"]["spec-0"]
     assert httpx.delete(gw.url + "/admin/quarantine/spec-0").status_code == 200
-    gw.wait_for(lambda: gw.gateway.fleet.backends["spec-0"].quarantined is None, 5, "release")
+    gw.wait_for(lambda: gw.runtime.fleet.backends["spec-0"].quarantined is None, 5, "release")
 
 
 def test_near_tie_divergence_is_noise(gw: GatewayHandle, sims: tuple[SimServer, SimServer]) -> None:
@@ -131,4 +131,4 @@ def test_near_tie_divergence_is_noise(gw: GatewayHandle, sims: tuple[SimServer, 
     rows = httpx.get(gw.url + "/admin/shadow/mismatches").json()["mismatches"]
     assert {r["position"] for r in rows} == {3}
     assert all(r["top2_gap"] < 0.1 for r in rows)
-    assert gw.call(lambda: gw.gateway.fleet.backends["spec-0"].quarantined) is None
+    assert gw.call(lambda: gw.runtime.fleet.backends["spec-0"].quarantined) is None

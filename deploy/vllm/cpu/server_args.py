@@ -17,6 +17,9 @@ DEFAULT_VENV = Path(os.environ.get("SPECROUTE_VLLM_VENV", REPO / ".venv-vllm"))
 DEFAULT_MODEL_CACHE = Path(os.environ.get("SPECROUTE_MODEL_CACHE", REPO / ".cache" / "models"))
 SERVED_MODEL_NAME = "tiny"
 SERVER_NAMES = ("plain", "ngram", "draft-good", "draft-bad")
+# Started only by the tests that need them (not by default): a plain server that wants an
+# API key (vLLM's --api-key, a fresh random key per start), to check a gateway can front it.
+EXTRA_SERVER_NAMES = ("plain-keyed",)
 NGRAM_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -42,7 +45,7 @@ def venv_python(venv: Path = DEFAULT_VENV) -> Path:
 
 
 def speculative_config(name: str, model_dirs: Mapping[str, Path]) -> dict[str, Any] | None:
-    if name == "plain":
+    if name in ("plain", "plain-keyed"):
         return None
     if name == "ngram":
         return dict(NGRAM_CONFIG)
@@ -52,11 +55,16 @@ def speculative_config(name: str, model_dirs: Mapping[str, Path]) -> dict[str, A
             "model": str(model_dirs[name]),
             "num_speculative_tokens": DRAFT_TOKENS,
         }
-    raise ValueError(f"unknown server {name!r}; known: {', '.join(SERVER_NAMES)}")
+    known = ", ".join(SERVER_NAMES + EXTRA_SERVER_NAMES)
+    raise ValueError(f"unknown server {name!r}; known: {known}")
 
 
 def server_command(
-    python: Path, model_dir: Path, port: int, spec: dict[str, Any] | None
+    python: Path,
+    model_dir: Path,
+    port: int,
+    spec: dict[str, Any] | None,
+    api_key: str | None = None,
 ) -> list[str]:
     cmd = [
         str(python), "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL,
@@ -71,6 +79,8 @@ def server_command(
         # vLLM refuses this flag without a speculative config, so plain servers go without.
         cmd += ["--speculative-config", json.dumps(spec)]
         cmd += ["--per-request-spec-decode-metrics", "summary"]
+    if api_key is not None:
+        cmd += ["--api-key", api_key]
     return cmd
 
 

@@ -1,15 +1,13 @@
-"""The console's memory of recent requests: a bounded ring filled by an outcome hook.
+"""The console's memory of recent requests: a bounded ring filled by an outcome listener.
 
 Prometheus histograms answer "what is p99 over the fleet" for Grafana; the console wants the
 last few hundred decisions with their reasons, and percentiles a person can relate to the
 rows below them. Both come from one ring here, in this replica's memory: it is a view for
 an operator, not a source of truth (a restart or another replica starts empty).
 
-A route's reason is a sentence the scheduler writes for the response header; writing it
-again here costs ~30 us per request (measured: more than scheduling itself), so it is
-written only while someone reads the rows (a console page polls every few seconds) and
-rows from unwatched periods carry none. The header's own sentence, handed to outcome hooks
-by the request path, would make this free.
+A row's reason is the route's, the sentence written once for the response header and
+handed to listeners with the route (writing it again here was measured at ~30 us per
+request, more than scheduling itself).
 """
 
 from __future__ import annotations
@@ -20,12 +18,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
-from proxy.records import Outcome, ParsedRequest
-from proxy.routing.scheduler.scheduler import Decision
+from proxy.records import Outcome, ParsedRequest, Route
 
 PERCENTILES = (50, 90, 99)
-# Reasons are recorded for this long after the last read of the rows.
-WATCH_S = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +34,7 @@ class RecentRequest:
     backend: str
     pool: str
     speculative: bool
-    reason: str | None
+    reason: str
     status: int
     ok: bool
     load: int
@@ -70,31 +65,23 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 class RecentRequests:
-    """The last ``size`` requests; ``hook`` is a gateway outcome hook (runs after a response)."""
+    """The last ``size`` requests (an outcome listener of the gateway)."""
 
-    def __init__(
-        self,
-        reason: Callable[[Decision], str],
-        size: int = 2000,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._reason = reason
+    def __init__(self, size: int = 2000, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._rows: deque[RecentRequest] = deque(maxlen=size)
-        self._watched_until = 0.0
 
-    def hook(self, parsed: ParsedRequest, outcome: Outcome, decision: Decision) -> None:
-        now = self._clock()
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         self._rows.append(
             RecentRequest(
-                ts=now,
-                request_id=decision.request.request_id,
-                model=parsed.model,
+                ts=self._clock(),
+                request_id=route.request.request_id,
+                model=request.model,
                 label=outcome.label,
                 backend=outcome.backend,
                 pool=outcome.pool,
                 speculative=outcome.speculative,
-                reason=self._reason(decision) if now < self._watched_until else None,
+                reason=route.reason.text,
                 status=outcome.status,
                 ok=outcome.ok,
                 load=outcome.load,
@@ -108,8 +95,7 @@ class RecentRequests:
         )
 
     def latest(self, limit: int) -> list[dict[str, object]]:
-        """The newest ``limit`` rows, newest first; reasons are recorded from now on."""
-        self._watched_until = self._clock() + WATCH_S
+        """The newest ``limit`` rows, newest first."""
         rows = list(self._rows)[-limit:] if limit > 0 else []
         return [asdict(r) for r in reversed(rows)]
 

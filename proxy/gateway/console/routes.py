@@ -23,9 +23,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from proxy.errors import GatewayError
 from proxy.gateway.admin import ADMIN_COOKIE, require_admin
+from proxy.gateway.api import runtime_of
 from proxy.gateway.console.recent import RecentRequests
-from proxy.gateway.handler import Gateway
 from proxy.gateway.responses import OrjsonResponse
+from proxy.gateway.runtime import Runtime
 
 VIEWS: tuple[tuple[str, str], ...] = (
     ("fleet", "Fleet"),
@@ -73,12 +74,12 @@ def _nav(active: str) -> str:
     return "".join(links)
 
 
-def _meta(gateway: Gateway) -> str:
-    backends = gateway.fleet.backends.values()
+def _meta(runtime: Runtime) -> str:
+    backends = runtime.fleet.backends.values()
     pools = sorted({b.spec.pool for b in backends})
-    models = sorted(gateway.models)
+    models = sorted(runtime.models)
     return html.escape(
-        f"{', '.join(models)} · {len(gateway.fleet.backends)} backends · pools {', '.join(pools)}"
+        f"{', '.join(models)} · {len(runtime.fleet.backends)} backends · pools {', '.join(pools)}"
     )
 
 
@@ -137,7 +138,6 @@ def console_router() -> APIRouter:
         titles = dict(VIEWS)
         if view not in titles:
             raise GatewayError(404, f"no console view named {view!r}", code="not_found")
-        gateway: Gateway = request.app.state.gateway
         content = Template(assets.templates[view]).safe_substitute(
             explain_example=html.escape(
                 orjson.dumps(EXPLAIN_EXAMPLE, option=orjson.OPT_INDENT_2).decode()
@@ -147,7 +147,7 @@ def console_router() -> APIRouter:
             title=titles[view],
             view=view,
             nav=_nav(view),
-            meta=_meta(gateway),
+            meta=_meta(runtime_of(request)),
             content=content,
         )
         return HTMLResponse(body, headers={"cache-control": "no-store"})
@@ -164,14 +164,6 @@ def _login_page(assets: _Assets, message: str, status: int = 200) -> HTMLRespons
 
 
 def install_console(app: FastAPI) -> None:
-    """Mount ``/ui`` and, once the gateway exists, feed a recent-requests ring from its
-    outcome hooks (after each response; nothing is added to the request path itself)."""
-
-    async def attach(app: FastAPI) -> None:
-        gateway: Gateway = app.state.gateway
-        recent = RecentRequests(lambda decision: gateway.scheduler.reason(decision).text)
-        gateway.hooks.append(recent.hook)
-        app.state.recent_requests = recent
-
-    app.state.startup_hooks.append(attach)
+    """Mount ``/ui``. Its recent-requests ring is one of the gateway's outcome listeners,
+    built with the other components (``compose``) and found at ``app.state.recent_requests``."""
     app.include_router(console_router())

@@ -167,7 +167,7 @@ class LoadScorer:
     ahead of a new request's first token, on top of a full batch or not, so they add.
 
     ``prefill_pending`` is the prompt tokens this replica sent to the backend that have
-    not had a first byte back (estimated from the body size, see ``Gateway._attempt``):
+    not had a first byte back (estimated from the body size, see ``Gateway._account``):
     a 3000-token RAG prompt weighs what it costs the engine, not what a 20-token chat turn
     does. ``prefill_tokens_full`` is the pending prefill that counts as a full backend:
     16384 tokens, two full chunked-prefill steps (``max_num_batched_tokens`` 8192) of the

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from proxy.gateway.console.recent import RecentRequests, percentile
-from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo
-from proxy.routing.scheduler.scheduler import Decision
+from proxy.records import Outcome
+from tests.unit.record_builders import chat_request, route_to
 
 
 class Clock:
@@ -24,14 +24,13 @@ def finished(pool: str, label: str, ttft: float, tokens: int, ok: bool = True) -
 
 
 def feed(ring: RecentRequests, outcome: Outcome, rid: str) -> None:
-    parsed = ParsedRequest(Endpoint.CHAT, {}, b"{}", "m", True, False, True, 1)
-    ring.hook(parsed, outcome, Decision(RequestInfo("m", outcome.label, request_id=rid), None))
+    route = route_to(outcome.backend, outcome.pool, outcome.label, request_id=rid, why=f"why {rid}")
+    ring.on_outcome(chat_request(greedy=True), outcome, route)
 
 
 def test_rows_newest_first_with_reason_and_latencies() -> None:
     clock = Clock()
-    ring = RecentRequests(lambda d: f"why {d.request.request_id}", size=3, clock=clock)
-    ring.latest(1)  # someone watches: reasons are recorded
+    ring = RecentRequests(size=3, clock=clock)
     for i in range(5):
         clock.now += 1
         feed(ring, finished("eagle3", "chat", 0.02 * (i + 1), 11), f"r{i}")
@@ -43,22 +42,9 @@ def test_rows_newest_first_with_reason_and_latencies() -> None:
     assert ring.latest(0) == []
 
 
-def test_reasons_are_written_only_while_someone_reads_the_rows() -> None:
-    clock = Clock()
-    calls: list[str] = []
-    ring = RecentRequests(lambda d: calls.append("x") or "why", clock=clock)
-    feed(ring, finished("eagle3", "chat", 0.1, 5), "unwatched")
-    assert ring.latest(1)[0]["reason"] is None and calls == []
-    feed(ring, finished("eagle3", "chat", 0.1, 5), "watched")
-    assert ring.latest(1)[0]["reason"] == "why"
-    clock.now += 60  # the page was closed
-    feed(ring, finished("eagle3", "chat", 0.1, 5), "later")
-    assert ring.latest(1)[0]["reason"] is None and len(calls) == 1
-
-
 def test_traffic_groups_by_pool_and_class_within_the_window() -> None:
     clock = Clock()
-    ring = RecentRequests(lambda d: "", clock=clock)
+    ring = RecentRequests(clock=clock)
     feed(ring, finished("ngram", "code", 0.5, 100), "old")
     clock.now += 120  # out of a 60 s window
     for ttft in (0.01, 0.02, 0.03, 0.04):

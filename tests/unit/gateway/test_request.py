@@ -2,7 +2,7 @@ import orjson
 import pytest
 
 from proxy.errors import GatewayError
-from proxy.gateway.request import parse_request, read_body, requested_max_tokens, with_usage
+from proxy.gateway.request import parse_request, read_body, with_usage
 from proxy.records import Endpoint
 
 
@@ -72,16 +72,3 @@ async def test_read_body_limit() -> None:
     with pytest.raises(GatewayError) as info:
         await read_body(receive, 1000)
     assert info.value.status == 413
-
-
-def test_requested_max_tokens_reads_the_limit_vllm_reads() -> None:
-    assert requested_max_tokens({"max_tokens": 64}) == 64
-    assert requested_max_tokens({"max_completion_tokens": 32, "max_tokens": 64}) == 32
-    for body in (
-        {},
-        {"max_tokens": None},
-        {"max_tokens": True},
-        {"max_tokens": "9"},
-        {"max_tokens": 0},
-    ):
-        assert requested_max_tokens(body) is None

@@ -21,6 +21,7 @@ from proxy.gateway.traffic_log import (
 from proxy.records import Endpoint, Outcome, ParsedRequest
 from proxy.settings import Settings
 from proxy.store.memory import MemoryStore
+from tests.unit.record_builders import route_to
 
 MESSAGES = [{"role": "user", "content": "Hello there"}]
 
@@ -61,7 +62,7 @@ async def test_a_request_becomes_one_json_line_without_text(tmp_path: Path) -> N
     path = tmp_path / "traffic.jsonl"
     log = TrafficLog([RotatingFileSink(path, 1 << 20, 1)], CollectorRegistry())
     before = time.time()
-    log.on_outcome(parsed(), outcome(started_ago=0.5), None)
+    log.on_outcome(parsed(), outcome(started_ago=0.5), route_to("b"))
     await log.close()
     (row,) = lines(path)
     assert row["klass"] == "chat" and row["backend"] == "eagle-0" and row["pool"] == "eagle3"
@@ -76,7 +77,7 @@ async def test_a_request_becomes_one_json_line_without_text(tmp_path: Path) -> N
 async def test_text_only_when_asked(tmp_path: Path) -> None:
     path = tmp_path / "traffic.jsonl"
     log = TrafficLog([RotatingFileSink(path, 1 << 20, 1)], None, with_text=True)
-    log.on_outcome(parsed(), outcome(), None)
+    log.on_outcome(parsed(), outcome(), route_to("b"))
     await log.close()
     assert lines(path)[0]["prompt"] == MESSAGES
 
@@ -86,7 +87,7 @@ async def test_a_full_queue_drops_and_counts_without_blocking(tmp_path: Path) ->
     path = tmp_path / "traffic.jsonl"
     log = TrafficLog([RotatingFileSink(path, 1 << 20, 1)], registry, queue_size=3)
     for _ in range(10):  # no await in between: the writer cannot drain
-        log.on_outcome(parsed(), outcome(), None)
+        log.on_outcome(parsed(), outcome(), route_to("b"))
     dropped = registry.get_sample_value(
         "specroute_traffic_log_dropped_total", {"reason": "queue_full"}
     )
@@ -101,7 +102,7 @@ async def test_the_file_rotates_and_stays_bounded(tmp_path: Path) -> None:
     path = tmp_path / "traffic.jsonl"
     log = TrafficLog([RotatingFileSink(path, 4096, 2)], None, batch=4)
     for _ in range(60):
-        log.on_outcome(parsed(), outcome(), None)
+        log.on_outcome(parsed(), outcome(), route_to("b"))
         await asyncio.sleep(0.001)
     await log.close()
     sizes = file_sizes(tmp_path)
@@ -113,8 +114,8 @@ async def test_the_file_rotates_and_stays_bounded(tmp_path: Path) -> None:
 async def test_the_store_sink_appends_to_the_shared_log() -> None:
     store = MemoryStore()
     log = TrafficLog([StoreSink(store, 100)], None)
-    log.on_outcome(parsed(), outcome(), None)
-    log.on_outcome(parsed(), outcome(), None)
+    log.on_outcome(parsed(), outcome(), route_to("b"))
+    log.on_outcome(parsed(), outcome(), route_to("b"))
     await log.close()
     entries = await store.recent("traffic", 10)
     assert [e.record["backend"] for e in entries] == ["eagle-0", "eagle-0"]
@@ -132,13 +133,13 @@ async def test_what_is_queued_at_shutdown_is_written(tmp_path: Path) -> None:
     path = tmp_path / "traffic.jsonl"
     registry = CollectorRegistry()
     log = TrafficLog([RotatingFileSink(path, 1 << 20, 1)], registry)
-    log.on_outcome(parsed(), outcome(), None)
+    log.on_outcome(parsed(), outcome(), route_to("b"))
     for _ in range(200):  # the drain task is now idle, waiting for the next record
         if registry.get_sample_value("specroute_traffic_log_records_total") == 1:
             break
         await asyncio.sleep(0.01)
     for _ in range(5):
-        log.on_outcome(parsed(), outcome(), None)
+        log.on_outcome(parsed(), outcome(), route_to("b"))
     task = log._task
     assert task is not None
     task.cancel()  # what the event loop does to leftover tasks when the server stops

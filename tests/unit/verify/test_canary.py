@@ -8,7 +8,19 @@ import time
 from proxy.policy.canary import CanaryConfig
 from proxy.records import Outcome, RequestInfo
 from proxy.store import MemoryStore
-from proxy.verify.canary import CanaryController, Evidence, evaluate, sticky_fraction
+from proxy.verify.canary import (
+    ArmName,
+    CanaryController,
+    Evidence,
+    RequestEvidence,
+    ShadowEvidence,
+    evaluate,
+    evidence_from_dict,
+    evidence_to_dict,
+    sticky_fraction,
+)
+from proxy.verify.compare import Verdict
+from tests.unit.record_builders import chat_request, route_to
 
 CONFIG = CanaryConfig(
     name="v2",
@@ -37,14 +49,14 @@ async def run_canary(
 ) -> tuple[str, int]:
     """Feed one seeded canary run until it decides; returns (final state, candidate requests)."""
     rng = random.Random(seed)
-    controller = CanaryController(MemoryStore(), metrics=None)
+    controller = CanaryController(MemoryStore())
     controller.configure(config, baseline_speculative=True)
     sent = 0
     while controller.state == "running" and sent < max_requests:
         mean = cand_rate(sent) if callable(cand_rate) else float(cand_rate)  # type: ignore[arg-type]
         for backend, m in (("cand", mean), ("base", base_mean)):
             rate = min(max(rng.gauss(m, 0.15), 0.0), 1.0)
-            controller.hook(None, outcome(backend, rate), None)  # type: ignore[arg-type]
+            controller.on_outcome(chat_request(), outcome(backend, rate), route_to(backend))
         sent += 1
         if sent % 5 == 0:
             await controller.tick()
@@ -113,7 +125,7 @@ def test_tpot_at_matched_load() -> None:
 
 
 def test_assignment_is_sticky_and_follows_the_share() -> None:
-    controller = CanaryController(MemoryStore(), metrics=None)
+    controller = CanaryController(MemoryStore())
     controller.configure(CONFIG.model_copy(update={"classes": ["chat", "code"]}))
     keys = [f"user-{i}" for i in range(2000)]
     picks = [controller.assign(RequestInfo("m", "chat", sticky_key=k)) for k in keys]
@@ -126,7 +138,7 @@ def test_assignment_is_sticky_and_follows_the_share() -> None:
 
 async def test_manual_commands_and_audit_trail() -> None:
     store = MemoryStore()
-    controller = CanaryController(store, metrics=None)
+    controller = CanaryController(store)
     controller.configure(CONFIG)
     await controller.command("pause")
     assert controller.state == "paused"
@@ -136,3 +148,27 @@ async def test_manual_commands_and_audit_trail() -> None:
     audit = [e.record for e in await store.recent("canary:audit", 10)]
     assert [r["action"] for r in audit] == ["promote", "resume", "pause"]
     assert all(r["actor"] == "operator" and r["ts"] <= time.time() for r in audit)
+
+
+def test_evidence_rows_use_full_names_and_old_short_keys_are_still_read() -> None:
+    request = RequestEvidence("v2", 1, ArmName.CANDIDATE, 4.0, 0.01, 0.5)
+    written = evidence_to_dict(request)
+    assert set(written) == {"canary", "step", "arm", "load", "tpot", "acceptance"}
+    assert evidence_from_dict(written) == request
+    verdict = ShadowEvidence("v2", 1, "diverged")
+    assert evidence_from_dict(evidence_to_dict(verdict)) == verdict
+    old = {"n": "v2", "st": 1, "arm": "c", "l": 4, "t": 0.01, "a": 0.5}
+    assert evidence_from_dict(old) == request
+    assert evidence_from_dict({"n": "v2", "st": 1, "arm": "c", "sv": "diverged"}) == verdict
+    assert evidence_from_dict({"canary": "v2", "step": 1, "arm": "left"}) is None
+
+
+async def test_shadow_verdicts_on_candidates_count_as_drift_evidence() -> None:
+    controller = CanaryController(MemoryStore())
+    controller.configure(CONFIG)
+    verdicts: tuple[Verdict, ...] = ("match", "diverged", "error")
+    for verdict in verdicts:
+        controller.on_verdict("cand", verdict)
+    controller.on_verdict("base", "diverged")
+    await controller.tick()
+    assert (controller.evidence.shadow_judged, controller.evidence.shadow_drift) == (2, 1)

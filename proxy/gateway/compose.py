@@ -1,0 +1,92 @@
+"""Building the components and passing each its collaborators (``create_app``'s lifespan).
+
+The order follows the seams: the canary first (the scheduler's traffic split, and what the
+shadow verifier reports to and takes sampling rates from), then shadow verification, then
+routing, then the request path with its listeners.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from proxy.gateway.auth import FrontDoor
+from proxy.gateway.console import RecentRequests
+from proxy.gateway.handler import Gateway
+from proxy.gateway.runtime import Runtime
+from proxy.gateway.seams import OutcomeListener
+from proxy.gateway.traffic_log import TrafficLog, traffic_log
+from proxy.gateway.upstream import UpstreamClient
+from proxy.metrics import GatewayMetrics
+from proxy.policy import Policy
+from proxy.policy.credentials import BackendCredentials
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import Fleet
+from proxy.routing.latency import LatencyModel
+from proxy.routing.observe import Observer
+from proxy.routing.scheduler.scheduler import Scheduler
+from proxy.settings import Settings
+from proxy.store import Store
+from proxy.verify.canary import CanaryController
+from proxy.verify.shadow import ShadowVerifier
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    runtime: Runtime
+    gateway: Gateway
+    observer: Observer
+    shadow: ShadowVerifier
+    canary: CanaryController
+    recent: RecentRequests
+    # The traffic log when the settings ask for one (none by default).
+    traffic: tuple[TrafficLog, ...]
+
+
+def compose(
+    settings: Settings,
+    policy: Policy,
+    store: Store,
+    metrics: GatewayMetrics,
+    upstream: UpstreamClient,
+    control: httpx.AsyncClient,
+    door: FrontDoor,
+    credentials: BackendCredentials,
+) -> Components:
+    fleet = Fleet(policy)
+    acceptance = AcceptanceTracker(policy.acceptance)
+    break_even = BreakEvenModel(policy)
+    canary = CanaryController(store)
+    canary.on_policy(policy)
+    shadow = ShadowVerifier(
+        fleet,
+        store,
+        control,
+        metrics,
+        rates=canary,
+        verdict_listeners=(canary,),
+        credentials=credentials,
+    )
+    shadow.on_policy(policy)
+    latency = LatencyModel(policy, acceptance)
+    scheduler = Scheduler(policy, fleet, acceptance, break_even, canary, latency)
+    runtime = Runtime(
+        policy,
+        store,
+        metrics,
+        fleet,
+        acceptance,
+        break_even,
+        scheduler,
+        (shadow, canary, credentials),
+    )
+    observer = Observer(store, fleet, acceptance, break_even, metrics, latency)
+    recent = RecentRequests()  # the console's rows
+    traffic = tuple(traffic_log(settings, store, metrics.registry))
+    listeners: tuple[OutcomeListener, ...] = (observer, shadow, canary, recent, *traffic)
+    gateway = Gateway(
+        settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
+    )
+    return Components(runtime, gateway, observer, shadow, canary, recent, traffic)

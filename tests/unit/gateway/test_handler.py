@@ -1,0 +1,187 @@
+"""The request path's attempt steps on a scripted upstream: each failure before the first
+byte is classified, counted and retried on the other backend; listeners hear every end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import orjson
+import pytest
+
+from proxy.gateway.auth import FrontDoor, LocalLimiter, TenantMetrics
+from proxy.gateway.handler import Gateway
+from proxy.gateway.relay import Message
+from proxy.gateway.runtime import Runtime
+from proxy.gateway.upstream import UpstreamError, UpstreamResponse
+from proxy.metrics import GatewayMetrics
+from proxy.policy.credentials import BackendCredentials
+from proxy.records import Endpoint, Outcome, ParsedRequest, Route
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import Fleet
+from proxy.routing.scheduler.scheduler import Scheduler
+from proxy.settings import Settings
+from proxy.store import MemoryStore
+from tests.unit.policy_helpers import backend, make_policy
+
+CHAT = (
+    b'{"choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"completion_tokens":1}}'
+)
+STREAM = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+
+
+@dataclass
+class Scripted:
+    """One upstream answer: a status and body, an error at connect, or silence."""
+
+    status: int = 200
+    body: bytes = CHAT
+    error: UpstreamError | None = None
+    silent: bool = False
+
+
+class FakeResponse:
+    content_type = "application/json"
+
+    def __init__(
+        self, status: int, body: bytes, passed: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self.status = status
+        self._chunks = [body] if body else []
+        self.aborted = False
+        self.passed = passed or []
+
+    async def next_chunk(self) -> bytes:
+        return self._chunks.pop(0) if self._chunks else b""
+
+    async def read(self) -> bytes:
+        return b"".join(self._chunks)
+
+    async def abort(self) -> None:
+        self.aborted = True
+
+    async def release(self) -> None:
+        pass
+
+
+@dataclass
+class FakeUpstream:
+    script: list[Scripted]
+    urls: list[str] = field(default_factory=list)
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+        self.urls.append(url)
+        step = self.script.pop(0)
+        if step.error is not None:
+            raise step.error
+        if step.silent:
+            await asyncio.sleep(10)
+        return FakeResponse(step.status, step.body)
+
+
+@dataclass
+class Recorder:
+    heard: list[tuple[Outcome, Route]] = field(default_factory=list)
+
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
+        self.heard.append((outcome, route))
+
+
+def build(script: list[Scripted]) -> tuple[Gateway, FakeUpstream, Recorder]:
+    policy = make_policy(backend("a", "plain"), backend("b", "plain"))
+    fleet = Fleet(policy)
+    for b in fleet.backends.values():
+        b.healthy = True
+    acceptance, break_even = AcceptanceTracker(policy.acceptance), BreakEvenModel(policy)
+    scheduler = Scheduler(policy, fleet, acceptance, break_even)
+    runtime = Runtime(
+        policy, MemoryStore(), GatewayMetrics(), fleet, acceptance, break_even, scheduler
+    )
+    upstream, recorder = FakeUpstream(script), Recorder()
+    settings = Settings(first_byte_timeout_s=0.2)
+    door = FrontDoor(None, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
+    gateway = Gateway(
+        settings, runtime, upstream, door, BackendCredentials(policy), listeners=[recorder]
+    )
+    return gateway, upstream, recorder
+
+
+async def call(gateway: Gateway, stream: bool = False) -> tuple[int, bytes]:
+    body = orjson.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+    )
+    received = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        if received:
+            return received.pop(0)
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "headers": []}
+    await gateway.handle(Endpoint.CHAT, scope, receive, send)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def retries(gateway: Gateway, kind: str) -> float:
+    registry = gateway.metrics.registry
+    labels = ({"backend": name, "kind": kind} for name in ("a", "b"))
+    return sum(registry.get_sample_value("specroute_retries_total", at) or 0.0 for at in labels)
+
+
+@pytest.mark.parametrize(
+    ("first", "stream", "kind", "health"),
+    [
+        (Scripted(status=503, body=b"busy"), False, "upstream_error", "HTTP 503"),
+        (
+            Scripted(error=UpstreamError("connect", "refused")),
+            False,
+            "upstream_unreachable",
+            "refused",
+        ),
+        (Scripted(silent=True), False, "upstream_timeout", "first byte timeout"),
+        (Scripted(body=b""), True, "upstream_stream_broken", "closed before first byte"),
+    ],
+)
+async def test_a_failure_before_the_first_byte_is_retried_on_the_other_backend(
+    first: Scripted, stream: bool, kind: str, health: str
+) -> None:
+    second = Scripted(body=STREAM if stream else CHAT)
+    gateway, upstream, recorder = build([first, second])
+    status, body = await call(gateway, stream)
+    assert status == 200
+    assert body == second.body
+    failed, served = (url.split("/")[3] for url in upstream.urls)
+    assert {failed, served} == {"a", "b"}
+    fleet = gateway.runtime.fleet.backends
+    assert fleet[failed].last_error == health
+    assert retries(gateway, kind) == 1
+    # Only the attempt that reached the client is heard, with where it went.
+    [(outcome, route)] = recorder.heard
+    assert (outcome.backend, outcome.attempts, outcome.ok) == (served, 2, True)
+    assert (route.backend, route.request.label) == (served, outcome.label)
+    assert all(b.local_inflight == 0 and b.prefill_pending == 0 for b in fleet.values())
+
+
+async def test_every_attempt_5xx_keeps_the_upstream_status_and_body() -> None:
+    gateway, _, recorder = build([Scripted(503, b'{"error":"a"}'), Scripted(502, b'{"error":"b"}')])
+    assert await call(gateway) == (502, b'{"error":"b"}')
+    assert recorder.heard == []
+
+
+async def test_every_attempt_unreachable_is_an_openai_error() -> None:
+    refused = UpstreamError("connect", "refused")
+    gateway, _, _ = build([Scripted(error=refused), Scripted(error=refused)])
+    status, body = await call(gateway)
+    assert status == 502
+    assert orjson.loads(body)["error"]["code"] == "upstream_unreachable"
