@@ -182,7 +182,7 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
     path = write_policy(tmp_path / "p.yaml", policy)
     with run_gateway(Settings(policy_path=path, port=0)) as gw:
         gw.wait_for(
-            lambda: all(b.healthy for b in gw.gateway.fleet.backends.values()), what="health"
+            lambda: all(b.healthy for b in gw.runtime.fleet.backends.values()), what="health"
         )
         # Idle fleet, code: prompt lookup drafts for free and code accepts well. Streamed:
         # the latency model learns TTFT and TPOT from streams only.
