@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -58,6 +58,11 @@ TPOT_BUCKETS = (
     0.5,
     1,
 )
+# Severity of a shadow divergence: the reference's logprob gap between its token and the
+# primary's (nats; near ties sit below the policy's epsilon, 0.1 by default) ...
+GAP_BUCKETS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+# ... and how many tokens both produced before it.
+PREFIX_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class GatewayMetrics:
@@ -112,6 +117,33 @@ class GatewayMetrics:
             "specroute_shadow",
             "Shadow verifications by backend, pool, draft version and outcome",
             ["backend", "pool", "draft_version", "outcome"],
+            registry=r,
+        )
+        self.shadow_gap = Histogram(
+            "specroute_shadow_divergence_gap",
+            "Reference logprob gap between its token and the primary's at a divergence",
+            ["backend", "draft_version"],
+            buckets=GAP_BUCKETS,
+            registry=r,
+        )
+        self.shadow_prefix = Histogram(
+            "specroute_shadow_divergence_prefix_tokens",
+            "Tokens both outputs shared before a divergence",
+            ["backend", "draft_version"],
+            buckets=PREFIX_BUCKETS,
+            registry=r,
+        )
+        # Set by the shadow's periodic group judgement (not on the request path).
+        self.shadow_numerics_differ = Gauge(
+            "specroute_shadow_numerics_differ",
+            "1 when a group's near-tie flips exceed the model's noise floor (numerics_differ)",
+            ["backend", "draft_version"],
+            registry=r,
+        )
+        self.shadow_noise_floor = Gauge(
+            "specroute_shadow_noise_floor",
+            "Near-tie flip rate groups are judged against, per model and source (control/prior)",
+            ["model", "source"],
             registry=r,
         )
         self.shadow_dropped = Counter(

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp
 
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
+from proxy.gateway.admin_review import review_router
 from proxy.gateway.api import public_router
 from proxy.gateway.clientaddr import trusted_networks
 from proxy.gateway.compose import Components, compose
@@ -134,6 +135,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     _add_collectors(metrics, parts)
     app.state.canary = canary
     app.state.shadow = shadow
+    app.state.review = parts.review
     app.state.runtime = runtime
     app.state.gateway = parts.gateway
     app.state.recent_requests = parts.recent
@@ -250,6 +252,7 @@ def create_app(
     app.include_router(public_router())
     app.include_router(passthrough_router())
     app.include_router(admin_router())
+    app.include_router(review_router())
     install_console(app)
     app.state.trusted_proxies = trusted_networks(settings.trusted_proxies)
     app.front = cors(settings, app.dispatch)

@@ -30,6 +30,7 @@ from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.verify.canary import CanaryController
+from proxy.verify.review import ReviewBook
 from proxy.verify.shadow import ShadowVerifier
 
 
@@ -41,6 +42,7 @@ class Components:
     shadow: ShadowVerifier
     canary: CanaryController
     recent: RecentRequests
+    review: ReviewBook  # shadow mismatches read and labelled by people
     # The traffic log when the settings ask for one (none by default).
     traffic: tuple[TrafficLog, ...]
 
@@ -67,6 +69,7 @@ def compose(
         metrics,
         rates=canary,
         verdict_listeners=(canary,),
+        group_listeners=(canary,),
         credentials=credentials,
     )
     shadow.on_policy(policy)
@@ -89,4 +92,5 @@ def compose(
     gateway = Gateway(
         settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
     )
-    return Components(runtime, gateway, observer, shadow, canary, recent, traffic)
+    review = ReviewBook(store)
+    return Components(runtime, gateway, observer, shadow, canary, recent, review, traffic)

@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     faults = parser.add_argument_group("faults (also switchable at run time: /admin/faults)")
     faults.add_argument("--drift-from-token", type=int, help="first output token that differs")
     faults.add_argument("--near-tie", action="store_true", help="drift shows as a near-tie")
+    faults.add_argument(
+        "--drift-rate", type=float, default=1.0, help="share of requests that drift"
+    )
     faults.add_argument("--acceptance", type=float, help="force per-token draft acceptance")
     faults.add_argument("--error-rate", type=float, default=0.0)
     faults.add_argument("--error-status", type=int, choices=[500, 503], default=500)
@@ -58,6 +61,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     faults = Faults(
         drift_from_token=args.drift_from_token,
         near_tie=args.near_tie,
+        drift_rate=args.drift_rate,
         acceptance=args.acceptance,
         error_rate=args.error_rate,
         error_status=args.error_status,

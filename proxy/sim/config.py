@@ -14,7 +14,9 @@ class Faults(BaseModel):
     """Switchable misbehaviour, settable at start (CLI) and at run time (``/admin/faults``).
 
     ``drift_from_token`` is the 0-based index of the first output token that differs from
-    the greedy reference. A stall pauses a stream once, after ``stall_after_tokens`` tokens
+    the greedy reference; ``drift_rate`` is the share of requests that drift there (drawn
+    per request, so one prompt sent twice may flip once: what batch-dependent numerics
+    do). A stall pauses a stream once, after ``stall_after_tokens`` tokens
     (after the first token when unset). ``disconnect_after_tokens`` drops the connection of
     streaming responses once that many tokens were sent.
     """
@@ -23,6 +25,7 @@ class Faults(BaseModel):
 
     drift_from_token: int | None = Field(default=None, ge=0)
     near_tie: bool = False
+    drift_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     acceptance: float | None = Field(default=None, ge=0.0, le=1.0)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     error_status: Literal[429, 500, 503] = 500

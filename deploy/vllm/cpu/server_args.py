@@ -18,8 +18,11 @@ DEFAULT_MODEL_CACHE = Path(os.environ.get("SPECROUTE_MODEL_CACHE", REPO / ".cach
 SERVED_MODEL_NAME = "tiny"
 SERVER_NAMES = ("plain", "ngram", "draft-good", "draft-bad")
 # Started only by the tests that need them (not by default): a plain server that wants an
-# API key (vLLM's --api-key, a fresh random key per start), to check a gateway can front it.
-EXTRA_SERVER_NAMES = ("plain-keyed",)
+# API key (vLLM's --api-key, a fresh random key per start), to check a gateway can front it;
+# ``ngram-bf16``, n-gram speculation in bfloat16 (another ~3 GB), other numerics than its
+# float32 reference, which the shadow's numerics test must flag.
+EXTRA_SERVER_NAMES = ("plain-keyed", "ngram-bf16")
+DTYPES = {"ngram-bf16": "bfloat16"}  # every other server: float32
 NGRAM_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -27,7 +30,7 @@ NGRAM_CONFIG = {
     "prompt_lookup_min": 2,
 }
 DRAFT_TOKENS = 3
-COMMON_ARGS = ("--max-model-len", "1024", "--dtype", "float32", "--enforce-eager")
+COMMON_ARGS = ("--max-model-len", "1024", "--enforce-eager")
 
 # Arms PR_SET_PDEATHSIG before exec'ing the server: if the launching process dies without
 # cleaning up (SIGKILL, OOM), the kernel sends the server SIGTERM instead of orphaning it.
@@ -47,7 +50,7 @@ def venv_python(venv: Path = DEFAULT_VENV) -> Path:
 def speculative_config(name: str, model_dirs: Mapping[str, Path]) -> dict[str, Any] | None:
     if name in ("plain", "plain-keyed"):
         return None
-    if name == "ngram":
+    if name in ("ngram", "ngram-bf16"):
         return dict(NGRAM_CONFIG)
     if name in ("draft-good", "draft-bad"):
         return {
@@ -65,6 +68,7 @@ def server_command(
     port: int,
     spec: dict[str, Any] | None,
     api_key: str | None = None,
+    dtype: str = "float32",
 ) -> list[str]:
     cmd = [
         str(python), "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL,
@@ -73,6 +77,7 @@ def server_command(
         "--served-model-name", SERVED_MODEL_NAME,
         "--host", "127.0.0.1",
         "--port", str(port),
+        "--dtype", dtype,
         *COMMON_ARGS,
     ]  # fmt: skip
     if spec is not None:

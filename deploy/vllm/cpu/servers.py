@@ -25,6 +25,7 @@ try:
     from deploy.vllm.cpu.ports import free_port, group_listens_on
     from deploy.vllm.cpu.server_args import (
         DEFAULT_VENV,
+        DTYPES,
         EXTRA_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
@@ -37,6 +38,7 @@ except ImportError:  # run as a script: only this directory is on sys.path
     from ports import free_port, group_listens_on  # type: ignore[no-redef,import-not-found]
     from server_args import (  # type: ignore[no-redef,import-not-found]
         DEFAULT_VENV,
+        DTYPES,
         EXTRA_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
@@ -134,7 +136,9 @@ def _spawn(
     # Appends, so a respawn after a lost port race keeps the first attempt's story.
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            server_command(python, model_dirs["tiny"], port, spec, api_key),
+            server_command(
+                python, model_dirs["tiny"], port, spec, api_key, DTYPES.get(name, "float32")
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
