@@ -122,7 +122,9 @@ async def run_one(name: str, args: argparse.Namespace, workdir: Path) -> dict[st
                         lambda: fleet.set_faults(COLLAPSED, collapse),
                     )
                 )
-            generator = LoadGenerator(gw.url, MODEL, time_scale=args.time_scale, progress=name)
+            generator = LoadGenerator(
+                gw.url, MODEL, time_scale=args.time_scale, progress=name, state_class=True
+            )
             run = await generator.run(
                 parse_trace(args.trace), PromptFactory(args.seed, None, args.output_scale), actions
             )

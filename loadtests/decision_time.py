@@ -1,6 +1,7 @@
 """Routing decision time with a large fleet: classify + schedule, per request.
 
     python -m loadtests.decision_time [--backends 64] [--requests 20000] [--quick] [--json PATH]
+        [--routing default|latency]
 
 Target (routing issue): p99 under 100 microseconds per request with 64 backends. Measured
 in-process with time.perf_counter_ns around exactly what the request path runs: the
@@ -62,7 +63,14 @@ BODIES = [
 ]
 
 
-def fleet_policy(n: int) -> Policy:
+# ``--routing``: the shipped default profile, or the latency scorer alone.
+ROUTINGS: dict[str, dict[str, Any] | None] = {
+    "default": None,
+    "latency": {"scorers": [{"type": "latency"}]},
+}
+
+
+def fleet_policy(n: int, routing: dict[str, Any] | None = None) -> Policy:
     methods = [
         ("plain", "none", 0),
         ("ngram", "ngram", 4),
@@ -81,9 +89,13 @@ def fleet_policy(n: int) -> Policy:
                 "speculation": {"method": method, "k": k},
             }
         )
-    return Policy.model_validate(
-        {"backends": backends, "pools": {"eagle3": {"break_even": {"mode": "learned"}}}}
-    )
+    document: dict[str, Any] = {
+        "backends": backends,
+        "pools": {"eagle3": {"break_even": {"mode": "learned"}}},
+    }
+    if routing is not None:
+        document["routing"] = routing
+    return Policy.model_validate(document)
 
 
 def _scheduler(policy: Policy, seed: int) -> Scheduler:
@@ -114,11 +126,13 @@ def _row(values: list[int]) -> dict[str, float]:
     }
 
 
-def measure(backends: int, requests: int, seed: int = 1) -> dict[str, Any]:
+def measure(
+    backends: int, requests: int, seed: int = 1, routing: str = "default"
+) -> dict[str, Any]:
     """Classify each request, then decide it as the request path does (the route reason
     included); the load under the scheduler moves every 50 requests, as in production."""
     rng = random.Random(seed)
-    policy = fleet_policy(backends)
+    policy = fleet_policy(backends, ROUTINGS[routing])
     scheduler = _scheduler(policy, seed)
     classifier = Classifier(policy.classifier)
     raws = [orjson.dumps(b) for b in BODIES]
@@ -138,7 +152,9 @@ def measure(backends: int, requests: int, seed: int = 1) -> dict[str, Any]:
         t0 = wall()
         label = classifier.classify(body).label
         t1, c1 = wall(), cpu()
-        decision = scheduler.schedule(RequestInfo("m", label, request_id=str(i)))
+        raw = raws[i % len(raws)]
+        request = RequestInfo("m", label, request_id=str(i), prompt_bytes=len(raw))
+        decision = scheduler.schedule(request)
         scheduler.reason(decision)  # the route header is part of the decision's cost
         t2, c2 = wall(), cpu()
         timings["classify"].append(t1 - t0)
@@ -146,7 +162,7 @@ def measure(backends: int, requests: int, seed: int = 1) -> dict[str, Any]:
         timings["decision_cpu"].append(c2 - c1)
     gc.unfreeze()
     total = [a + b for a, b in zip(timings["classify"], timings["decision"], strict=True)]
-    result: dict[str, Any] = {"backends": backends, "requests": requests}
+    result: dict[str, Any] = {"backends": backends, "requests": requests, "routing": routing}
     result |= {f"{name}_us": _row(values) for name, values in timings.items()}
     result["total_us"] = _row(total)
     return result
@@ -160,10 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--quick", action="store_true", help="2,000 requests")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--routing", choices=sorted(ROUTINGS), default="default", help="the profile decided with"
+    )
     args = parser.parse_args(argv)
     requests = 2_000 if args.quick else args.requests
-    result = measure(args.backends, requests)
-    print(f"decision time, {result['backends']} backends, {requests} requests")
+    result = measure(args.backends, requests, routing=args.routing)
+    print(
+        f"decision time, {result['backends']} backends, {requests} requests, {args.routing} routing"
+    )
     names = {
         "classify_us": "classify",
         "decision_us": "decision",

@@ -30,6 +30,22 @@ async def fetch_metrics(base_url: str, names: Sequence[str] = ()) -> dict[str, f
     return totals
 
 
+async def fetch_samples(base_url: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of one Prometheus metric at ``{base_url}/metrics``, with its labels."""
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(base_url.rstrip("/") + "/metrics") as resp,
+    ):
+        text = await resp.text()
+    return [
+        (dict(sample.labels), float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
 async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
     async with session.get(url) as resp:
         resp.raise_for_status()

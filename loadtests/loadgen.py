@@ -71,6 +71,7 @@ class LoadGenerator:
         max_inflight: int = 4096,
         drain_timeout_s: float = 300.0,
         progress: str | None = None,
+        state_class: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
@@ -85,9 +86,16 @@ class LoadGenerator:
         self.max_inflight = max_inflight
         self.drain_timeout_s = drain_timeout_s
         self.progress = progress
+        # Tell simulated backends each prompt's intended class (see Prompt.body).
+        self.state_class = state_class
 
     def _body(self, prompt: Prompt) -> bytes:
-        body = prompt.body(self.model, temperature=self.temperature, ignore_eos=self.ignore_eos)
+        body = prompt.body(
+            self.model,
+            temperature=self.temperature,
+            ignore_eos=self.ignore_eos,
+            state_class=self.state_class,
+        )
         if self.api == "completions":
             body["prompt"] = "\n\n".join(m["content"] for m in body.pop("messages"))
         return orjson.dumps(body)

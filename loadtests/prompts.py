@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proxy.sim.prompt_class import CLASS_FIELD
 from proxy.sim.request_parsing import render_chat
 from proxy.sim.tokens import Vocabulary
 
@@ -74,7 +75,9 @@ class Prompt:
     messages: list[dict[str, str]]
     max_tokens: int
 
-    def body(self, model: str, *, temperature: float, ignore_eos: bool) -> dict[str, Any]:
+    def body(
+        self, model: str, *, temperature: float, ignore_eos: bool, state_class: bool = False
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
             "messages": self.messages,
@@ -85,6 +88,9 @@ class Prompt:
         }
         if ignore_eos:
             body["ignore_eos"] = True  # vLLM extension: exact output lengths, as vllm bench
+        if state_class:
+            # The simulators then draft with this class's acceptance, whatever the text.
+            body[CLASS_FIELD] = self.label
         return body
 
 
@@ -162,7 +168,8 @@ def code_prompt(rng: random.Random) -> tuple[list[dict[str, str]], int]:
     return messages, _length(rng, 200, 64, 400)
 
 
-_MAKERS = {"chat": chat_prompt, "rag": rag_prompt, "code": code_prompt}
+Maker = Callable[[random.Random], tuple[list[dict[str, str]], int]]
+_MAKERS: Mapping[str, Maker] = {"chat": chat_prompt, "rag": rag_prompt, "code": code_prompt}
 
 
 class PromptFactory:
@@ -173,6 +180,7 @@ class PromptFactory:
         seed: int = 0,
         mix: Mapping[str, float] | None = None,
         output_scale: float = 1.0,
+        makers: Mapping[str, Maker] | None = None,
     ) -> None:
         mix = dict(mix or DEFAULT_MIX)
         unknown = set(mix) - set(CLASSES)
@@ -181,13 +189,15 @@ class PromptFactory:
         self.seed = seed
         self.mix = mix
         self.output_scale = output_scale
+        # The shape of each class's requests (default: the synthetic ones above).
+        self.makers = makers or _MAKERS
         self._labels: list[PromptClass] = [c for c in CLASSES if mix.get(c, 0) > 0]
         self._weights = [mix[c] for c in self._labels]
 
     def make(self, index: int) -> Prompt:
         rng = random.Random(f"{self.seed}:{index}")
         label = rng.choices(self._labels, self._weights)[0]
-        messages, max_tokens = _MAKERS[label](rng)
+        messages, max_tokens = self.makers[label](rng)
         return Prompt(index, label, messages, max(2, round(max_tokens * self.output_scale)))
 
 

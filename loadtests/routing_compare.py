@@ -2,6 +2,10 @@
 
 Targets (issue 9): specroute with learned break-even gets at least 1.2x the goodput of
 least-loaded over the whole trace, and within 5% of the envelope in every phase.
+Targets (issue 15), for the latency scorer: in every phase, goodput at least every
+static policy's (the envelope) and a TTFT p99 no worse than round-robin's; at least 1.2x
+least-loaded's goodput in phases where the fleet is stressed but not saturated (there,
+least-loaded meets the SLO for 50-95% of its requests).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from typing import Any
 from loadtests.routing_policies import STATIC_POLICIES
 
 LEARNED, PEER = "specroute-learned", "least-loaded"
+LATENCY, ROUND_ROBIN = "specroute-latency", "round-robin"
+STRESSED = (0.5, 0.95)
 MIN_GAIN_OVER_PEER = 1.2
 MAX_SHORTFALL_TO_ENVELOPE = 0.05
 
@@ -52,4 +58,50 @@ def compare(results: dict[str, Any]) -> dict[str, Any]:
                     "met": ratio is not None and ratio >= 1 - MAX_SHORTFALL_TO_ENVELOPE,
                 }
             )
+    if LATENCY in policies:
+        out["targets"] += _latency_targets(policies, phases, out["envelope"])
     return out
+
+
+def _latency_targets(
+    policies: dict[str, Any], phases: list[str], envelope: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    ours = policies[LATENCY]["phases"]
+    targets: list[dict[str, Any]] = []
+    for i, (name, env) in enumerate(zip(phases, envelope, strict=True)):
+        good = ours[i]["overall"]["goodput_rps"]
+        ratio = good / env["goodput_rps"] if env["goodput_rps"] else None
+        targets.append(
+            {
+                "target": f"phase {i + 1} ({name}): {LATENCY} goodput >= every static policy "
+                f"(best: {env['policy']})",
+                "value": ratio,
+                "met": ratio is not None and ratio >= 1.0,
+            }
+        )
+        if PEER in policies:
+            peer = policies[PEER]["phases"][i]["overall"]
+            attainment = peer["slo_attainment"]
+            if attainment is not None and STRESSED[0] <= attainment < STRESSED[1]:
+                gain = good / peer["goodput_rps"] if peer["goodput_rps"] else None
+                targets.append(
+                    {
+                        "target": f"phase {i + 1} ({name}, {PEER} meets {attainment:.0%}): "
+                        f"{LATENCY} goodput >= {MIN_GAIN_OVER_PEER}x {PEER}",
+                        "value": gain,
+                        "met": gain is not None and gain >= MIN_GAIN_OVER_PEER,
+                    }
+                )
+        if ROUND_ROBIN in policies:
+            theirs = policies[ROUND_ROBIN]["phases"][i]["overall"]["ttft_ms"]["p99"]
+            mine = ours[i]["overall"]["ttft_ms"]["p99"]
+            ratio = mine / theirs if mine is not None and theirs else None
+            targets.append(
+                {
+                    "target": f"phase {i + 1} ({name}): {LATENCY} TTFT p99 <= {ROUND_ROBIN}'s "
+                    "(value: ours / theirs)",
+                    "value": ratio,
+                    "met": ratio is not None and ratio <= 1.0,
+                }
+            )
+    return targets

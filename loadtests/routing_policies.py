@@ -4,6 +4,11 @@ Every policy is a policy document for the same gateway code; they differ only in
 plugins and, for all-speculative / all-plain, in which backends they may use:
 
 - ``round-robin``: rotate over every backend (simple gateways);
+- ``power-of-two``: the ``load`` scorer counting requests, two backends drawn at random
+  and the less loaded taken (power of two choices, what vllm-router ships);
+- ``least-prompt-tokens``: least outstanding prompt tokens (sent, no first byte back
+  yet: ``load`` with ``prefill_tokens_full`` 1024, so pending prompt tokens outweigh the
+  in-flight count, which only breaks ties);
 - ``least-loaded``: the ``load`` scorer alone counting requests (in-flight, queue, KV
   pressure; ``prefill_tokens_full: 0``, prompt sizes not counted), what the public LLM
   routers do; class- and speculation-blind;
@@ -15,6 +20,8 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
   with their shipped weights and params) with fixed per-pool break-even points;
 - ``specroute-learned``: the same, the break-even points learned online from measured TPOT
   (what ships);
+- ``specroute-latency``: the ``latency`` scorer alone (predicted TTFT/TPOT against the
+  SLO, proxy/routing/scheduler/latency_scorer.py) behind the default filters;
 - ``specroute-balanced`` (an experiment, kept as first measured): learned break-even used
   only as a cap (``plain_score: 1.0``: below it speculative and plain backends score
   alike), the acceptance scorer as the speculative bias, and the load scorer at weight 4
@@ -23,6 +30,8 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
 
 Experiments, run only when named with ``--policies`` (not part of the default run):
 
+- ``specroute-latency-solo``: the latency scorer blind to what a request's prefill costs
+  the requests already on a backend (``neighbour_weight: 0``);
 - ``least-loaded-prefill``: least-loaded whose load scorer also counts the prompt tokens
   waiting for prefill (``prefill_tokens_full`` 16384): the class-blind baseline with the
   same load signal as specroute, to tell what the speculation routing itself adds;
@@ -66,14 +75,18 @@ BREAK_EVEN = {"ngram": 48.0, "eagle3": 64.0}
 DEFAULT_POLICIES = (
     "round-robin",
     "least-loaded",
+    "power-of-two",
+    "least-prompt-tokens",
     "all-speculative",
     "all-plain",
     "specroute-static",
     "specroute-learned",
-    "specroute-balanced",
+    "specroute-latency",
 )
 # Experiments: run only when named.
 EXPERIMENTS = (
+    "specroute-latency-solo",
+    "specroute-balanced",
     "least-loaded-prefill",
     "specroute-prefill",
     "specroute-prefill-8k",
@@ -82,14 +95,22 @@ EXPERIMENTS = (
 )
 POLICIES = DEFAULT_POLICIES + EXPERIMENTS
 # The per-phase envelope: in each phase, the best of the policies that do not learn.
-STATIC_POLICIES = DEFAULT_POLICIES[:5]
+STATIC_POLICIES = (
+    "round-robin",
+    "least-loaded",
+    "power-of-two",
+    "least-prompt-tokens",
+    "all-speculative",
+    "all-plain",
+    "specroute-static",
+)
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
 
 
-def _least_loaded(prefill_tokens_full: int = 0) -> dict[str, Any]:
+def _least_loaded(prefill_tokens_full: int = 0, picker: str = "max_score") -> dict[str, Any]:
     load = {"type": "load", "weight": 1.0, "params": {"prefill_tokens_full": prefill_tokens_full}}
-    return {"filters": _BASIC_FILTERS, "scorers": [load], "picker": {"type": "max_score"}}
+    return {"filters": _BASIC_FILTERS, "scorers": [load], "picker": {"type": picker}}
 
 
 def _scorers(
@@ -140,9 +161,17 @@ class PolicyFleet(Protocol):
 
 
 def build_policy(
-    name: str, fleet: PolicyFleet, break_even: dict[str, float] | None = None
+    name: str,
+    fleet: PolicyFleet,
+    break_even: dict[str, float] | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The policy document for ``name`` over ``fleet``'s simulators."""
+    """The policy document for ``name`` over ``fleet``'s simulators.
+
+    ``facts`` are sections every policy carries whatever its routing, as a deployment
+    states its engines' profile (``latency``) and its objectives (``slo``): facts about
+    the fleet, not routing choices; only the latency scorer reads them.
+    """
     everything = fleet.backends()
     # Only pools the fleet has (a policy may not configure a pool without backends).
     present = {b["pool"] for b in everything}
@@ -150,7 +179,7 @@ def build_policy(
     speculative = speculative_names(fleet.specs)
     spec_only = [b for b in everything if b["name"] in speculative]
     plain_only = [b for b in everything if b["name"] not in speculative]
-    policy: dict[str, Any] = {"version": name}
+    policy: dict[str, Any] = {"version": name, **(facts or {})}
     if name == "round-robin":
         policy |= {
             "backends": everything,
@@ -162,6 +191,17 @@ def build_policy(
         }
     elif name == "least-loaded":
         policy |= {"backends": everything, "routing": _least_loaded()}
+    elif name == "power-of-two":
+        policy |= {"backends": everything, "routing": _least_loaded(picker="power_of_two")}
+    elif name == "least-prompt-tokens":
+        policy |= {"backends": everything, "routing": _least_loaded(1024)}
+    elif name in ("specroute-latency", "specroute-latency-solo"):
+        params = {"neighbour_weight": 0.0} if name.endswith("solo") else {}
+        policy |= {
+            "backends": everything,
+            **_specroute("learned", break_even),
+            "routing": {"scorers": [{"type": "latency", "weight": 1.0, "params": params}]},
+        }
     elif name == "all-speculative":
         policy |= {"backends": spec_only, "routing": _least_loaded()}
     elif name == "all-plain":

@@ -158,6 +158,22 @@ def _slo_table(results: dict[str, Any]) -> str:
     return table(header, rows)
 
 
+def _prediction_table(results: dict[str, Any]) -> str:
+    """The latency model's median absolute errors (model ms) and learned corrections."""
+    names = sorted({n for r in results["policies"].values() for n in r.get("prediction", {})})
+    rows = []
+    for policy, res in results["policies"].items():
+        cells = []
+        for name in names:
+            p = res.get("prediction", {}).get(name, {})
+            cells.append(
+                f"{fmt(p.get('ttft_error_ms'), '.0f')} / {fmt(p.get('tpot_error_ms'), '.1f')} "
+                f"(x{fmt(p.get('ttft_ratio'), '.2f')} / x{fmt(p.get('tpot_ratio'), '.2f')})"
+            )
+        rows.append([policy, *cells])
+    return table(["policy", *names], rows)
+
+
 def _lag(lag: dict[str, float]) -> str:
     if not lag["steps"]:
         return "idle"
@@ -178,7 +194,8 @@ def render(results: dict[str, Any], folder: Path) -> str:
         f"Fleet: {fleet}; default simulator profile (H200-shaped Llama-3.1-8B step costs) with every "
         f"step cost x{plan['time_scale']:g} so this host keeps up; all times below are divided back "
         "(H200 model time).",
-        f"Trace (model seconds): `{plan['trace']}`; mix {plan['mix']}; seed {plan['seed']}; greedy, "
+        f"Workload `{plan.get('workload', 'synthetic')}`; trace (model seconds): `{plan['trace']}`; "
+        f"mix {plan['mix']}; seed {plan['seed']}; greedy, "
         f"`ignore_eos`, output lengths x{plan['output_scale']:g}. Every policy replays the same requests "
         "on fresh simulators and a fresh gateway.",
         f"SLO: {plan['slo_text']}. Goodput = requests finishing inside the window meeting both, per second.",
@@ -231,6 +248,15 @@ def sections(results: dict[str, Any], folder: Path, phase_word: str = "phase") -
                     f"(configured {pool['configured']:g}, learned {fmt(pool['learned'], '.0f')}, "
                     f"{pool['samples']}/{pool['reference_samples']} samples)"
                 )
+    lines += [
+        "",
+        "## Latency model: median absolute error TTFT / TPOT (ms), learned correction",
+        "",
+        "Per backend, over its last 200 requests: predicted (at dispatch, corrected) against "
+        "measured; in brackets the measured/predicted ratios the model learned.",
+        "",
+        _prediction_table(results),
+    ]
     lines += [
         "",
         "## Engine step timing (wall-clock over modelled; share of steps late by half a step)",

@@ -87,6 +87,11 @@ class SimFleet:
     profile: dict[str, Any] | None = None  # engine profile data; None: the default (H200)
     services: dict[str, Service] = field(default_factory=dict)
 
+    @property
+    def profile_path(self) -> Path:
+        """The time-scaled engine profile the simulators run (written on start)."""
+        return self.workdir / f"profile-x{self.time_scale:g}.json"
+
     def url(self, name: str) -> str:
         return self.services[name].url
 
@@ -95,7 +100,7 @@ class SimFleet:
         return policy_backends(self.specs, self.url, self.model, names)
 
     async def __aenter__(self) -> SimFleet:
-        profile = self.workdir / f"profile-x{self.time_scale:g}.json"
+        profile = self.profile_path
         profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale, self.profile)))
         ports = {s.name: free_port() for s in self.specs}
         args = ["loadtests.sim_host", "--profile", str(profile), "--model", self.model]

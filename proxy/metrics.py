@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from proxy.routing.acceptance import AcceptanceTracker
     from proxy.routing.breakeven import BreakEvenModel
     from proxy.routing.fleet import Fleet
+    from proxy.routing.latency import LatencyModel
     from proxy.store import Store
 
 LATENCY_BUCKETS = (
@@ -372,3 +373,35 @@ class FleetCollector(Collector):
             for (model, pos), value in sorted(positions.items()):
                 per_pos.add_metric([model, "0", str(pos)], value)
             yield per_pos
+
+
+class LatencyCollector(Collector):
+    """How well the latency model predicts each backend, computed when Prometheus scrapes:
+    the median absolute error of predicted against measured TTFT and TPOT over the
+    backend's recent requests, and the measured/predicted correction in force."""
+
+    def __init__(self, model: LatencyModel) -> None:
+        self._model = model
+
+    def collect(self) -> Iterator[Metric]:
+        model = self._model
+        error = GaugeMetricFamily(
+            "specroute_latency_prediction_error_seconds",
+            "Median absolute error of the predicted latency over recent requests",
+            labels=["backend", "latency"],
+        )
+        for backend, (ttft, tpot) in sorted(model.errors().items()):
+            if ttft is not None:
+                error.add_metric([backend, "ttft"], ttft)
+            if tpot is not None:
+                error.add_metric([backend, "tpot"], tpot)
+        correction = GaugeMetricFamily(
+            "specroute_latency_correction_ratio",
+            "Measured over calibrated-model latency, as learned per backend",
+            labels=["backend", "latency"],
+        )
+        for backend, (ttft_ratio, tpot_ratio) in sorted(model.corrections().items()):
+            correction.add_metric([backend, "ttft"], ttft_ratio)
+            correction.add_metric([backend, "tpot"], tpot_ratio)
+        yield error
+        yield correction

@@ -55,6 +55,10 @@ class RequestInfo:
     sticky_key: str | None = None
     request_id: str = ""
     exclude: frozenset[str] = frozenset()
+    # Its size (the latency model estimates prompt tokens from it) and the output limit
+    # it asked for, if any.
+    prompt_bytes: int = 0
+    max_tokens: int | None = None
 
 
 class RouteKind(enum.StrEnum):
@@ -74,6 +78,26 @@ class RouteReason:
 
     kind: RouteKind
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyForecast:
+    """What the latency model predicted for one request on the backend it was sent to.
+
+    ``ttft_s``/``tpot_s`` are the predictions as used (after the backend's online
+    correction), ``model_ttft_s``/``model_tpot_s`` the calibrated model's own, which the
+    correction is learned against. The inputs are kept to learn the estimates they came
+    from (prompt tokens from bytes, output tokens from ``max_tokens``).
+    """
+
+    ttft_s: float
+    tpot_s: float
+    model_ttft_s: float
+    model_tpot_s: float
+    prompt_tokens: int
+    prompt_bytes: int
+    max_tokens: int | None
+    output_tokens: float
 
 
 @dataclass(slots=True)
@@ -98,6 +122,7 @@ class Outcome:
     error: str | None = None
     client_gone: bool = False
     attempts: int = 1
+    forecast: LatencyForecast | None = None
     # Whether the stream's usage event reached the client (counted in ``events``).
     usage_forwarded: bool = False
 

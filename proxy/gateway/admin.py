@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Request
 from proxy.errors import GatewayError
 from proxy.gateway.api import runtime_of
 from proxy.gateway.clientaddr import client_host
-from proxy.gateway.request import parse_request
+from proxy.gateway.request import parse_request, requested_output_tokens
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
 from proxy.policy import PolicyError
@@ -242,8 +242,20 @@ def admin_router() -> APIRouter:
             classification.label,
             parsed.greedy,
             request.headers.get("x-specroute-session"),
+            prompt_bytes=len(raw),
+            max_tokens=requested_output_tokens(parsed.body) or None,
         )
         decision = runtime.scheduler.schedule(info, explain=True)
+        explained = runtime.scheduler.explain(decision)
+        # The latency model's view of every candidate, whichever scorers the policy uses.
+        for row in explained["candidates"]:
+            backend = runtime.fleet.backends[row["backend"]]
+            p = runtime.latency.predict(backend, info)
+            row["predicted"] = {
+                "ttft_ms": round(p.ttft_s * 1000, 3),
+                "tpot_ms": round(p.tpot_s * 1000, 3),
+                "why": p.describe(),
+            }
         result: dict[str, Any] = {
             "kind": kind,
             "model": parsed.model,
@@ -253,7 +265,10 @@ def admin_router() -> APIRouter:
                 "features": classification.features,
                 "overridden": classification.overridden,
             },
-            **runtime.scheduler.explain(decision),
+            "expected_output_tokens": runtime.latency.output_tokens(
+                classification.label, info.max_tokens
+            ),
+            **explained,
         }
         return OrjsonResponse(result)
 

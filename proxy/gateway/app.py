@@ -30,7 +30,13 @@ from proxy.gateway.passthrough import Passthrough, passthrough_router
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import make_upstream
-from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
+from proxy.metrics import (
+    CallbackGauge,
+    CanaryCollector,
+    FleetCollector,
+    GatewayMetrics,
+    LatencyCollector,
+)
 from proxy.policy import load_policy
 from proxy.policy.credentials import BackendCredentials
 from proxy.policy.manager import PolicyManager, PolicyVersion
@@ -99,6 +105,7 @@ def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
         )
     )
     metrics.add_collector(CanaryCollector(parts.canary))
+    metrics.add_collector(LatencyCollector(runtime.latency))
 
 
 @contextlib.asynccontextmanager

@@ -24,6 +24,7 @@ from proxy.policy.credentials import BackendCredentials
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import Fleet
+from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
 from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
@@ -72,7 +73,8 @@ def compose(
         credentials=credentials,
     )
     shadow.on_policy(policy)
-    scheduler = Scheduler(policy, fleet, acceptance, break_even, canary)
+    latency = LatencyModel(policy, acceptance)
+    scheduler = Scheduler(policy, fleet, acceptance, break_even, canary, latency)
     runtime = Runtime(
         policy,
         store,
@@ -83,7 +85,7 @@ def compose(
         scheduler,
         (shadow, canary, credentials),
     )
-    observer = Observer(store, fleet, acceptance, break_even, metrics)
+    observer = Observer(store, fleet, acceptance, break_even, metrics, latency)
     recent = RecentRequests()  # the console's rows
     traffic = tuple(traffic_log(settings, store, metrics.registry))
     listeners: tuple[OutcomeListener, ...] = (observer, shadow, canary, recent, *traffic)

@@ -171,7 +171,15 @@ class Gateway:
         sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
         if sticky is None and isinstance(parsed.body.get("user"), str):
             sticky = parsed.body["user"]
-        return RequestInfo(parsed.model, classification.label, parsed.greedy, sticky, request_id)
+        return RequestInfo(
+            parsed.model,
+            classification.label,
+            parsed.greedy,
+            sticky,
+            request_id,
+            prompt_bytes=len(parsed.raw),
+            max_tokens=requested_output_tokens(parsed.body) or None,
+        )
 
     def _caller(self, scope: Message, admission: Admission | None) -> _Caller:
         trace = tuple(
@@ -264,10 +272,14 @@ class Gateway:
         caller: _Caller,
     ) -> _Attempt:
         """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
+        # Predicted before the request counts on the backend (as the scheduler saw it).
+        forecast = self.runtime.latency.dispatch(backend, decision.request)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
-        # (the load scorer counts it; sizes relative to each other are what it needs).
-        prefill = estimate_prompt_tokens(parsed.raw)
+        # (the load scorer and the latency model count it): the body size over a
+        # bytes-per-token ratio learned per class from the usage the backends report
+        # (LatencyModel.prompt_tokens; estimate_prompt_tokens' 4 until measured).
+        prefill = forecast.prompt_tokens
         backend.prefill_pending += prefill
         outcome = Outcome(
             backend=backend.name,
@@ -277,6 +289,7 @@ class Gateway:
             load=backend.inflight,
             started=time.monotonic(),
             attempts=number,
+            forecast=forecast,
         )
         sampler = self.sampler
         # Responses API outputs are not replayed (the comparison reads chat/completions).

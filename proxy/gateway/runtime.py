@@ -19,6 +19,7 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.classify import Classification, Classifier
 from proxy.routing.fleet import Fleet
+from proxy.routing.latency import LatencyModel
 from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.store import Store
 
@@ -41,6 +42,7 @@ class Runtime:
         self.acceptance = acceptance
         self.break_even = break_even
         self.scheduler = scheduler
+        self.latency: LatencyModel = scheduler.latency
         self.classifier = Classifier(policy.classifier)
         self.models = frozenset(policy.models())
         # Components outside routing that follow the policy too (shadow, canary).
@@ -52,9 +54,11 @@ class Runtime:
 
     @staticmethod
     def validate_policy(policy: Policy) -> None:
-        """Everything a policy needs beyond its schema: its plugins must build."""
+        """Everything a policy needs beyond its schema: its plugins must build, its engine
+        profiles load."""
         Scheduler.build_profile(policy)
         Classifier(policy.classifier)
+        LatencyModel(policy, AcceptanceTracker(policy.acceptance))
 
     def apply_policy(self, policy: Policy) -> None:
         """Swap every component to ``policy`` in one synchronous step."""
@@ -63,6 +67,7 @@ class Runtime:
         self.fleet.apply_policy(policy)
         self.break_even.apply_policy(policy)
         self.acceptance.configure(policy.acceptance)
+        self.latency.apply_policy(policy)
         self.classifier = classifier
         self.models = frozenset(policy.models())
         for listener in self._listeners:

@@ -4,6 +4,7 @@
 """
 
 from proxy.policy.canary import CanaryConfig
+from proxy.policy.latency import LatencySettings, Objective, SloSettings
 from proxy.policy.schema import (
     AcceptanceSettings,
     BackendSpec,
@@ -26,12 +27,15 @@ __all__ = [
     "BackendSpec",
     "BreakEven",
     "CanaryConfig",
+    "LatencySettings",
+    "Objective",
     "PluginSpec",
     "Policy",
     "PolicyError",
     "PoolSpec",
     "RoutingProfile",
     "ShadowConfig",
+    "SloSettings",
     "SpecMethod",
     "Speculation",
     "StoreSpec",

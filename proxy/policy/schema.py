@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.policy.canary import CanaryConfig
+from proxy.policy.latency import LatencySettings, SloSettings
 from proxy.policy.shadow import ShadowConfig
 from proxy.routing.classify import ClassifierConfig
 
@@ -177,6 +178,8 @@ class Policy(_Strict):
     pools: dict[str, PoolSpec] = Field(default_factory=dict)
     routing: RoutingProfile = RoutingProfile()
     acceptance: AcceptanceSettings = AcceptanceSettings()
+    slo: SloSettings = SloSettings()
+    latency: LatencySettings = LatencySettings()
     classifier: ClassifierConfig = ClassifierConfig()
     store: StoreSpec = StoreSpec()
     # Sections owned by later features are validated by their own models when present.
@@ -209,6 +212,12 @@ class Policy(_Strict):
         unknown = sorted(set(self.pools) - set(methods))
         if unknown:
             raise ValueError(f"pools section names pools without backends: {', '.join(unknown)}")
+        unknown = sorted(set(self.latency.pools) - set(methods))
+        if unknown:
+            raise ValueError(f"latency.pools names pools without backends: {', '.join(unknown)}")
+        unknown = sorted(set(self.slo.models) - {b.model for b in self.backends})
+        if unknown:
+            raise ValueError(f"slo.models names models no backend serves: {', '.join(unknown)}")
         return self
 
     def _check_canary(self, canary: CanaryConfig) -> None:

@@ -16,6 +16,7 @@ from proxy.records import Outcome, ParsedRequest, Route
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import Fleet
+from proxy.routing.latency import LatencyModel
 from proxy.store import Store
 
 log = logging.getLogger("specroute.observe")
@@ -55,6 +56,7 @@ class Observer:
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
         metrics: GatewayMetrics,
+        latency: LatencyModel | None = None,
         flush_interval_s: float = 0.1,
     ) -> None:
         self.store = store
@@ -62,6 +64,9 @@ class Observer:
         self.acceptance = acceptance
         self.break_even = break_even
         self.metrics = metrics
+        # Corrected from this replica's own outcomes only: the predictions it compares
+        # against were made here.
+        self.latency = latency
         self._flush_interval = flush_interval_s
         self._pending: list[dict[str, Any]] = []
         self._cursor: str | None = None
@@ -77,6 +82,8 @@ class Observer:
         self.metrics.requests.labels(outcome.backend, outcome.pool, outcome.label, result).inc()
         if not outcome.ok:
             return
+        if self.latency is not None:
+            self.latency.observe(outcome)
         if outcome.completion_tokens:
             self.metrics.completion_tokens.labels(outcome.pool, outcome.label).inc(
                 outcome.completion_tokens

@@ -7,4 +7,9 @@ discrete steps whose cost comes from ``profile.EngineProfile`` (measured H200 st
 for a Llama-3.1-8B-class model by default). With the default profile, EAGLE-3 at k=3
 lowers TPOT by about a third on chat prompts at low load and breaks even near batch 128;
 code and RAG prompts, which accept more drafts, stay ahead up to 256.
+
+Draft acceptance follows each request's content (``prompt_class``, ``overlap``): drafters
+that are models by the class the text shows (code, retrieved documents, else chat; never
+its length), prompt lookup also by how much of the prompt repeats itself. A benchmark
+that knows the class it means sends it in the body field ``sim_prompt_class``.
 """

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from proxy.sim.overlap import ngram_acceptance
 from proxy.sim.profile import EngineProfile, PromptClass, SpecMethod, default_profile
 
 
@@ -64,9 +65,21 @@ class SimConfig(BaseModel):
     def speculative(self) -> bool:
         return self.speculation != "none"
 
-    def acceptance_for(self, prompt_class: PromptClass) -> float:
-        """Per-token acceptance before faults: explicit override, else the profile's default."""
+    def acceptance_for(self, prompt_class: PromptClass, overlap: float | None = None) -> float:
+        """Per-token acceptance before faults: the explicit override, else the profile's.
+
+        ``overlap`` is the prompt's repeated-trigram share (``proxy.sim.overlap``), given
+        when the request did not state its class. Drafters that are models follow the
+        class; prompt lookup takes the better of what the class's quotable material
+        offers (code, retrieved documents: the answer copies them) and what the text's
+        own repetition offers (between the profile's lowest and highest n-gram
+        acceptance), so plain prose gets the chat value however long it is.
+        """
         if self.acceptance is not None and prompt_class in self.acceptance:
             return self.acceptance[prompt_class]
         by_class = self.profile.acceptance.get(self.speculation, {})
-        return by_class.get(prompt_class, 0.0)
+        by_class_value = by_class.get(prompt_class, 0.0)
+        if overlap is not None and self.speculation == "ngram" and by_class:
+            low, high = min(by_class.values()), max(by_class.values())
+            return max(by_class_value, ngram_acceptance(overlap, low, high))
+        return by_class_value

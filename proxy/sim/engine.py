@@ -79,6 +79,7 @@ class Engine:
         greedy: bool,
         seed: int | None = None,
         ignore_eos: bool = False,
+        overlap: float | None = None,
     ) -> Sequence:
         """Queue a request; tokens arrive through the returned sequence."""
         self.ensure_started()
@@ -105,7 +106,7 @@ class Engine:
             max_output=max_output,
             stop_reason=reason,
             stream=stream,
-            acceptance=self.config.acceptance_for(prompt_class),
+            acceptance=self.config.acceptance_for(prompt_class, overlap),
             prompt_class=prompt_class,
             spec=RequestSpecStats(self._k) if self._k else None,
             arrival=loop.time(),

@@ -60,6 +60,7 @@ class GenerationHandler:
             prompt_text=parsed.prompt_text,
             prompt_tokens=len(parsed.prompt_ids),
             prompt_class=parsed.prompt_class,
+            overlap=parsed.overlap,
             max_tokens=parsed.max_tokens,
             greedy=parsed.greedy,
             seed=parsed.seed,

@@ -2,6 +2,9 @@
 
 Deliberately independent of the gateway's classifier: a backend does not know how the
 gateway labelled a request, it only sees the text. Cheap string checks, no parsing.
+Length decides nothing: a long conversation is still a conversation (labelling every
+prompt over 3,000 characters RAG gave long chats RAG acceptance, a bias in the
+benchmarks). A benchmark that knows the class it means states it (``CLASS_FIELD``).
 """
 
 from __future__ import annotations
@@ -22,14 +25,15 @@ _DOCUMENT_MARKER = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 
-# Retrieved context is what makes RAG prompts long; a chat turn this long is rare.
-RAG_MIN_CHARS = 3000
 CODE_MIN_LINES = 3
+# A body field a benchmark may set to the class it means ("chat", "code" or "rag"); the
+# simulator then takes its acceptance from that class. vLLM ignores unknown fields.
+CLASS_FIELD = "sim_prompt_class"
 
 
 def classify_prompt(text: str) -> PromptClass:
     if "```" in text or len(_CODE_LINE.findall(text)) >= CODE_MIN_LINES:
         return "code"
-    if len(text) >= RAG_MIN_CHARS or _DOCUMENT_MARKER.search(text) is not None:
+    if _DOCUMENT_MARKER.search(text) is not None:
         return "rag"
     return "chat"

@@ -9,8 +9,9 @@ import orjson
 
 from proxy.sim.config import SimConfig
 from proxy.sim.errors import SimHTTPError, bad_request
-from proxy.sim.profile import PromptClass
-from proxy.sim.prompt_class import classify_prompt
+from proxy.sim.overlap import repeated_ngram_share
+from proxy.sim.profile import PROMPT_CLASSES, PromptClass
+from proxy.sim.prompt_class import CLASS_FIELD, classify_prompt
 from proxy.sim.tokens import Vocabulary
 
 BOS = "<|begin_of_text|>"
@@ -22,6 +23,8 @@ class ParsedRequest:
     kind: Literal["chat", "completion"]
     prompt_text: str
     prompt_class: PromptClass
+    # The prompt's repeated-trigram share when its class was guessed (None: stated).
+    overlap: float | None
     prompt_ids: list[int]
     max_tokens: int
     greedy: bool
@@ -144,10 +147,12 @@ def parse_generation(
     temperature = data.get("temperature")
     if temperature is not None and (not isinstance(temperature, (int, float)) or temperature < 0):
         raise bad_request("temperature must be non-negative.", param="temperature")
+    prompt_class, overlap = _prompt_class(data, plain, config)
     return ParsedRequest(
         kind=kind,
         prompt_text=prompt_text,
-        prompt_class=classify_prompt(plain),
+        prompt_class=prompt_class,
+        overlap=overlap,
         prompt_ids=prompt_ids,
         max_tokens=min(max_tokens, limit) if max_tokens is not None else limit,
         greedy=temperature == 0 or _int(data, "top_k", None) == 1,
@@ -159,6 +164,23 @@ def parse_generation(
         logprobs=logprobs,
         return_token_ids=bool(data.get("return_token_ids", False)),
     )
+
+
+def _prompt_class(
+    data: dict[str, Any], plain: str, config: SimConfig
+) -> tuple[PromptClass, float | None]:
+    """The class the request states, else the simulator's guess with the prompt's overlap
+    (read only by an n-gram engine, so only it pays for counting trigrams)."""
+    stated = data.get(CLASS_FIELD)
+    if stated is not None:
+        for name in PROMPT_CLASSES:
+            if stated == name:
+                return name, None
+        raise bad_request(
+            f"`{CLASS_FIELD}` must be one of {', '.join(PROMPT_CLASSES)}.", param=CLASS_FIELD
+        )
+    overlap = repeated_ngram_share(plain) if config.speculation == "ngram" else None
+    return classify_prompt(plain), overlap
 
 
 def _chat_logprobs(data: dict[str, Any]) -> int | None:

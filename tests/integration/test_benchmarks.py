@@ -11,6 +11,7 @@ in loadtests/README.md.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from loadtests import (
     shadow_overhead,
 )
 from loadtests.break_even_report import render as render_break_even
+from loadtests.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
 from loadtests.prompts import PromptFactory
 from loadtests.routing_report import render as render_routing
 from loadtests.simfleet import SimFleet, SimSpec
@@ -33,6 +35,7 @@ from loadtests.traces import arrivals, parse_trace
 from proxy.routing.classify import Classifier
 from proxy.sim.prompt_class import classify_prompt
 from proxy.sim.request_parsing import render_chat
+from proxy.sim.tokens import Vocabulary
 
 
 def test_traces_parse_and_open_loop_arrivals_follow_the_rate() -> None:
@@ -127,10 +130,30 @@ async def test_break_even_speculation_wins_alone_and_loses_at_256(tmp_path: Path
     assert set(results["lag"]) == {"spec", "plain"}
 
 
+def test_production_prompts_have_the_traces_shape_and_the_simulator_reads_their_class() -> None:
+    factory = PromptFactory(7, PRODUCTION_MIX, 1.0, PRODUCTION_MAKERS)
+    vocab = Vocabulary()
+    lengths: dict[str, list[tuple[int, int]]] = {}
+    for i in range(120):
+        prompt = factory.make(i)
+        assert prompt == PromptFactory(7, PRODUCTION_MIX, 1.0, PRODUCTION_MAKERS).make(i)
+        text, plain = render_chat(prompt.messages)
+        assert classify_prompt(plain) == prompt.label
+        lengths.setdefault(prompt.label, []).append(
+            (len(vocab.encode_prompt(text)), prompt.max_tokens)
+        )
+    medians = {
+        label: (statistics.median(p for p, _ in pairs), statistics.median(o for _, o in pairs))
+        for label, pairs in lengths.items()
+    }
+    assert 1200 <= medians["code"][0] <= 1900 and 8 <= medians["code"][1] <= 20
+    assert 800 <= medians["chat"][0] <= 1400 and 90 <= medians["chat"][1] <= 180
+
+
 async def test_routing_quality_compares_policies_on_one_trace(tmp_path: Path) -> None:
     plan = routing_quality.Plan(
         trace=parse_trace("c4@1,c64@1"),
-        policies=("least-loaded", "specroute-learned"),
+        policies=("least-loaded", "specroute-learned", "specroute-latency"),
         time_scale=1.5,
         output_scale=0.4,
         timeline_bins=12,
@@ -139,7 +162,7 @@ async def test_routing_quality_compares_policies_on_one_trace(tmp_path: Path) ->
     markdown = render_routing(results, tmp_path)
     print(markdown)
     policies = results["policies"]
-    assert list(policies) == ["least-loaded", "specroute-learned"]
+    assert list(policies) == ["least-loaded", "specroute-learned", "specroute-latency"]
     for res in policies.values():
         assert [p["name"] for p in res["phases"]] == ["c4", "c64"]
         for phase in res["phases"]:
@@ -157,7 +180,14 @@ async def test_routing_quality_compares_policies_on_one_trace(tmp_path: Path) ->
         assert routes[label].get("ngram-0", 0) > routes[label].get("eagle-0", 0)
     comparison = results["comparison"]
     assert [e["policy"] for e in comparison["envelope"]] == ["least-loaded"] * 2
-    assert len(comparison["targets"]) == 3
+    latency_targets = [t for t in comparison["targets"] if "specroute-latency" in t["target"]]
+    assert len(comparison["targets"]) - len(latency_targets) == 3
+    assert len(latency_targets) >= 2  # goodput against the envelope, per phase
+    # The latency model's prediction errors, per backend, reach the report.
+    prediction = policies["specroute-latency"]["prediction"]
+    assert set(prediction) == {"plain-0", "plain-1", "ngram-0", "eagle-0"}
+    assert all(p["ttft_error_ms"] > 0 and p["ttft_ratio"] > 0 for p in prediction.values())
+    assert "## Latency model" in markdown
     assert all(isinstance(t["value"], float) for t in comparison["targets"])
     for name in ("goodput_by_policy.png", "tpot_over_time.png", "spec_share_over_time.png"):
         assert (tmp_path / name).stat().st_size > 0
@@ -219,5 +249,7 @@ def test_decision_time_benchmark_measures_classify_and_decide(
     assert result["total_us"]["p50"] > result["decision_us"]["p50"]
     assert decision_time.main(["--quick", "--backends", "8"]) == 0
     out = capsys.readouterr().out
-    assert "decision time, 8 backends, 2000 requests" in out
+    assert "decision time, 8 backends, 2000 requests, default routing" in out
     assert "target: decision p99 < 100 us" in out  # a verdict, whichever way it goes
+    latency = decision_time.measure(backends=64, requests=200, routing="latency")
+    assert 0 < latency["decision_us"]["p50"] <= latency["decision_us"]["p99"]

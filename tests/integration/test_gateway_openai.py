@@ -246,4 +246,7 @@ def test_explain_does_not_send(gw: GatewayHandle) -> None:
     assert report["classification"]["label"] == "code"
     assert report["chosen"] == "ngram-0"
     assert {row["backend"] for row in report["candidates"]} == {"plain-0", "ngram-0", "eagle-0"}
+    for row in report["candidates"]:  # the latency model's view of each backend
+        assert row["predicted"]["ttft_ms"] > 0 and row["predicted"]["tpot_ms"] > 0
+        assert "TTFT ~" in row["predicted"]["why"]
     assert before == 0

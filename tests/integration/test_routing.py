@@ -179,3 +179,35 @@ def test_acceptance_collapse_moves_traffic_and_recovery_brings_it_back(
         )  # ...and traffic returns
         report = httpx.get(gw.url + "/admin/fleet").json()["acceptance"]
         assert any(r["backend"] == "ngram-0" and r["class"] == "code" for r in report)
+
+
+def test_latency_policy_routes_explains_and_reports_prediction_errors(
+    sims: dict[str, SimServer], tmp_path: Path
+) -> None:
+    policy = fleet_policy(
+        sims,
+        routing={"scorers": [{"type": "latency"}]},
+        slo={"classes": {"code": {"ttft_ms": 400, "tpot_ms": 20}}},
+    )
+    path = write_policy(tmp_path / "p.yaml", policy)
+    with run_gateway(Settings(policy_path=path, port=0)) as gw:
+        gw.wait_for(
+            lambda: all(b.healthy for b in gw.runtime.fleet.backends.values()), what="health"
+        )
+        # Idle fleet, code: prompt lookup drafts for free and code accepts well. Streamed:
+        # the latency model learns TTFT and TPOT from streams only.
+        responses = [post(gw, CODE, 32, stream=True) for _ in range(5)]
+        backends = {r.headers["x-specroute-backend"] for r in responses}
+        assert backends == {"ngram-0"}
+        route = responses[-1].headers["x-specroute-route"]
+        assert "predicted TTFT ~" in route and "P(TTFT <= 400 ms, TPOT <= 20 ms)" in route
+        body = {"model": MODEL, "messages": CODE, "max_tokens": 32}
+        report = httpx.post(gw.url + "/admin/explain", json=body).json()
+        assert report["chosen"] == "ngram-0"
+        why = {row["backend"]: row["why"]["latency"] for row in report["candidates"]}
+        assert "P(TTFT <= 400 ms, TPOT <= 20 ms)" in why["ngram-0"]
+        metrics = httpx.get(gw.url + "/metrics").text
+        assert 'specroute_latency_prediction_error_seconds{backend="ngram-0",latency="ttft"}' in (
+            metrics
+        )
+        assert 'specroute_latency_correction_ratio{backend="ngram-0",latency="tpot"}' in metrics

@@ -22,6 +22,7 @@ from proxy.records import RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.latency import LatencyModel
 
 # A canary's verdict for one request: only its candidates, never them, or no rule at all.
 CanaryArm = Literal["any", "candidate", "exclude"]
@@ -53,6 +54,8 @@ class SchedulingContext:
     policy: Policy
     acceptance: AcceptanceTracker
     break_even: BreakEvenModel
+    # Predicted TTFT/TPOT per backend (the ``latency`` scorer's model).
+    latency: LatencyModel
     # The running canary's split (None: no canary), for the ``canary`` filter.
     canary: CanarySplit | None = None
     # Filters may leave notes about a backend here (why it was dropped / probed).

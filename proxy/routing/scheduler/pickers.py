@@ -102,3 +102,33 @@ class RoundRobinPicker(_HeadOfOrder):
             return []
         self._turn = (self._turn + 1) % len(ordered)
         return ordered[self._turn :] + ordered[: self._turn]
+
+
+class PowerOfTwoPicker:
+    """Two candidates drawn at random, the higher-scored first (power of two choices, as
+    vllm-router ships it): near least-loaded balance without herding every request onto
+    the one backend that looked emptiest at the last update. A forced backend goes first."""
+
+    name = "power_of_two"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._random = random.Random(seed)
+
+    def first(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
+    ) -> int:
+        forced = ctx.forced
+        if forced is not None:
+            for i, backend in enumerate(backends):
+                if backend.name == forced:
+                    return i
+        if len(totals) < 2:
+            return 0
+        a, b = self._random.sample(range(len(totals)), 2)
+        return a if totals[a] >= totals[b] else b
+
+    def order(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]
+    ) -> list[int]:
+        head = self.first(ctx, backends, list(totals))
+        return [head, *(i for i in range(len(backends)) if i != head)]

@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Mapping
 
 from proxy.policy import PluginSpec
-from proxy.routing.scheduler import filters, pickers, scorers
+from proxy.routing.scheduler import filters, latency_scorer, pickers, scorers
 from proxy.routing.scheduler.base import Filter, Picker, Scorer
 
 FILTERS: dict[str, Callable[..., Filter]] = {
@@ -27,11 +27,13 @@ SCORERS: dict[str, Callable[..., Scorer]] = {
     "break_even": scorers.BreakEvenScorer,
     "acceptance": scorers.AcceptanceScorer,
     "load": scorers.LoadScorer,
+    "latency": latency_scorer.LatencyScorer,
 }
 PICKERS: dict[str, Callable[..., Picker]] = {
     "max_score": pickers.MaxScorePicker,
     "random": pickers.RandomPicker,
     "round_robin": pickers.RoundRobinPicker,
+    "power_of_two": pickers.PowerOfTwoPicker,
 }
 
 

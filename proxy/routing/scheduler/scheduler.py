@@ -26,6 +26,7 @@ from proxy.records import RequestInfo, RouteKind, RouteReason
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.latency import LatencyModel
 from proxy.routing.scheduler import registry
 from proxy.routing.scheduler.base import (
     BackendNote,
@@ -40,7 +41,7 @@ from proxy.routing.scheduler.filters import BuiltinFilters
 from proxy.routing.scheduler.scorers import BuiltinScorers
 
 # Scorers whose explanation is the route header's reason (when they carry weight).
-ROUTE_SCORERS = ("break_even", "acceptance")
+ROUTE_SCORERS = ("break_even", "acceptance", "latency")
 
 
 @dataclass(slots=True)
@@ -121,11 +122,13 @@ class Scheduler:
         acceptance: AcceptanceTracker,
         break_even: BreakEvenModel,
         canary: CanarySplit | None = None,
+        latency: LatencyModel | None = None,
     ) -> None:
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
         self.canary = canary
+        self.latency = latency or LatencyModel(policy, acceptance)
         self.policy = policy
         self._profile = self.build_profile(policy)
 
@@ -174,6 +177,7 @@ class Scheduler:
             self.policy,
             self.acceptance,
             self.break_even,
+            self.latency,
             self.canary,
             explain=explain,
         )

@@ -73,3 +73,32 @@ def test_stalled_sequences_sit_out_and_prefill_alone_costs_a_step() -> None:
     fresh.resume_at = 10.0
     assert b.plan(now=1.0) is None
     assert b.next_resume() == 10.0
+
+
+def test_a_neighbours_long_prompt_is_chunked_into_the_decode_steps_beside_it() -> None:
+    # As vLLM's chunked prefill: each step carries the decodes plus a chunk of the long
+    # prompt filling the token budget, so every decoding neighbour's step (its TPOT)
+    # carries that chunk's cost until the prompt is done.
+    b = batch(max_num_batched_tokens=2048)
+    decoding = [seq(10) for _ in range(4)]
+    for s in decoding:
+        s.prefill_left = 0
+    long_prompt = seq(5000)
+    b.waiting.extend([*decoding, long_prompt])
+    b.admit(0.0)
+    costs = StepCostModel(default_profile())
+    chunks = []
+    while long_prompt.prefill_left:
+        plan = b.plan(now=0.0)
+        assert plan is not None
+        assert plan.decode == decoding
+        (_, chunk), *_ = plan.prefill
+        expected = costs.step_ms(4, 1) + costs.prefill_ms(chunk)
+        assert plan.seconds == pytest.approx(expected / 1000)
+        long_prompt.prefill_left -= chunk
+        chunks.append(chunk)
+    assert chunks == [2044, 2044, 912]
+    plan = b.plan(now=0.0)  # the prompt done, it decodes beside the others
+    assert plan is not None
+    assert plan.decode == [*decoding, long_prompt] and plan.prefill == []
+    assert plan.seconds == pytest.approx(costs.step_ms(5, 1) / 1000)

@@ -21,7 +21,6 @@ def test_code(text: str) -> None:
         "Context: the report says revenue grew.\nQuestion: did it grow?",
         "[1] First retrieved passage.\n[2] Second one.\nAnswer using the sources.",
         "<document>some text</document> summarise",
-        "word " * 800,
     ],
 )
 def test_rag(text: str) -> None:
@@ -29,7 +28,13 @@ def test_rag(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["Hi! How are you today?", "Write a short poem about autumn leaves.", ""]
+    "text",
+    [
+        "Hi! How are you today?",
+        "Write a short poem about autumn leaves.",
+        "",
+        "Tell me more about the harbour. " * 200,  # long is not RAG
+    ],
 )
 def test_chat(text: str) -> None:
     assert classify_prompt(text) == "chat"

@@ -98,7 +98,7 @@ def reference_totals(
 ) -> list[float]:
     """Each backend's total with every scorer run on that backend alone, by scorers built
     afresh (so nothing a scorer caches between requests can go stale unnoticed)."""
-    ctx = SchedulingContext(request, s.fleet, s.policy, s.acceptance, s.break_even)
+    ctx = SchedulingContext(request, s.fleet, s.policy, s.acceptance, s.break_even, s.latency)
     scorers = Scheduler.build_profile(s.policy).scorers
     totals = []
     for b in backends:

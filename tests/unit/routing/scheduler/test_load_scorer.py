@@ -15,7 +15,9 @@ from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, m
 
 
 def context(s: Scheduler, label: str = "chat") -> SchedulingContext:
-    return SchedulingContext(RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even)
+    return SchedulingContext(
+        RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even, s.latency
+    )
 
 
 def score(scorer: LoadScorer, ctx: SchedulingContext, b: BackendState) -> float:

@@ -115,7 +115,7 @@ def test_batch_scoring_equals_per_backend_scoring() -> None:
     backends = list(s.fleet.backends.values())
     for label in ("code", "chat", "rag"):
         ctx = SchedulingContext(
-            RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even
+            RequestInfo("m", label), s.fleet, s.policy, s.acceptance, s.break_even, s.latency
         )
         for scorer in (BreakEvenScorer(), AcceptanceScorer(), LoadScorer()):
             assert scorer.score_all(ctx, backends) == [

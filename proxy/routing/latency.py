@@ -1,0 +1,422 @@
+"""The latency model: predicted TTFT and TPOT of one request on each backend.
+
+Built on the calibrated step costs of each backend's engine (the simulator's profile
+format: a step-time grid T(B, q) over batch size and query length, draft-step costs, the
+prefill cost per prompt token and the chunked-prefill token budget; measured on an H200,
+see ../shared/calibration) and corrected online by what each backend delivers.
+
+For a request of P prompt tokens sent to a backend with B requests in flight, Q prompt
+tokens sent and not yet answered (``BackendState.prefill_pending``), speculation method m
+with k drafts, and draft acceptance rate a for the request's class:
+
+- TTFT = ((Q + P) / budget + 1/2) * T_m(B) + c * (Q + P): vLLM prefills first come,
+  first served, in chunks of the step's token budget left by the decodes
+  (``budget = max_num_batched_tokens - B (k + 1)``), each chunk riding on a decode step
+  of the running batch (T_m: verification plus k draft steps; the 1/2 is the step under
+  way on arrival) and adding c per prompt token.
+- TPOT = T_m(B + 1) / (1 - u) / (1 + a k): one step of the batch it joins, stretched by
+  the share of engine time u = c * R spent prefilling other prompts (R: the backend's
+  recent prompt-token rate; chunked prefill puts those chunks into the same steps as its
+  decodes), over the tokens a step yields (1 + a k, with a the measured accepted/drafted
+  draft tokens; for chain drafting with per-token acceptance p that is
+  (1 - p^(k+1)) / (1 - p)).
+
+Each backend's predictions are then multiplied by an exponentially weighted (geometric)
+mean of measured/predicted ratios of its past requests, which absorbs what the profile
+does not know (another GPU, a longer context, CPU overhead). Prompt tokens are estimated
+from the request size with a bytes-per-token ratio learned per class from the usage the
+backends report, and the expected output length per class from past completions
+(as a share of ``max_tokens`` when the request sets one).
+
+What a request costs the others is predicted too: its prefill of c * P seconds rides on
+the decode steps of the B requests already on the backend, delaying each of them by that
+much (``imposed_s`` = B * c * P), which is how one long prompt breaks its neighbours' TPOT.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from proxy.policy import LatencySettings, Policy
+from proxy.records import LatencyForecast, Outcome, RequestInfo
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.fleet import BackendState
+from proxy.sim.hardware import GPUS, gpu_profile
+from proxy.sim.profile import EngineProfile, StepCostModel, default_profile, load_profile
+from proxy.sim.profile import SpecMethod as ProfileMethod
+
+# The policy's speculation methods on the calibrated profile's drafters: suffix decoding
+# drafts for free as prompt lookup does; EAGLE and MTP heads are one-layer heads like the
+# measured EAGLE-like head.
+_PROFILE_METHOD: dict[str, ProfileMethod] = {
+    "none": "none",
+    "ngram": "ngram",
+    "suffix": "ngram",
+    "draft_model": "draft_model",
+    "eagle": "eagle3",
+    "eagle3": "eagle3",
+    "mtp": "eagle3",
+}
+# A prediction off by more than this factor is a fault (a stall, a retry), not a lesson.
+_MAX_RATIO = 10.0
+# Prefill never takes the whole engine in the TPOT formula (it would divide by zero).
+_MAX_PREFILL_SHARE = 0.9
+
+
+def load_engine_profile(name: str) -> EngineProfile:
+    """``default`` (bundled, measured on an H200), a GPU name (``h100``, ``a100``, ``l40s``:
+    estimates derived from it, proxy/sim/hardware.py) or a profile file laid over the
+    default; ValueError if unusable."""
+    if name == "default":
+        return default_profile()
+    if name.lower() in GPUS:
+        return gpu_profile(name)
+    try:
+        return load_profile(name)
+    except OSError as exc:
+        raise ValueError(f"latency profile {name!r}: cannot read: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ValueError(f"latency profile {name!r}: {exc}") from exc
+
+
+class EngineCosts:
+    """One engine's calibrated step costs in seconds, memoised (read on the request path)."""
+
+    def __init__(self, profile: EngineProfile) -> None:
+        self.profile = profile
+        self._model = StepCostModel(profile)
+        self.prefill_s_per_token = profile.prefill_ms_per_token / 1000.0
+        self.chunk_tokens = profile.max_num_batched_tokens
+        self._steps: dict[tuple[str, int, int], float] = {}
+
+    def step_s(self, method: str, batch: int, k: int) -> float:
+        """One engine step of ``batch`` decoding sequences (verification and drafts)."""
+        key = (method, batch, k)
+        cached = self._steps.get(key)
+        if cached is None:
+            profile_method = _PROFILE_METHOD.get(method, "eagle3")
+            cached = self._model.spec_step_ms(profile_method, max(batch, 1), k) / 1000.0
+            self._steps[key] = cached
+        return cached
+
+
+@dataclass(slots=True)
+class _Online:
+    """What has been measured about one backend, and its step costs by batch size."""
+
+    costs: EngineCosts
+    window: int
+    method: str = "none"
+    k: int = 0
+    ttft_ratio: float = 1.0
+    tpot_ratio: float = 1.0
+    # Prompt tokens sent here, exponentially decayed (``prefill_window_s``), and when.
+    prefill_sum: float = 0.0
+    prefill_at: float = 0.0
+    ttft_errors: deque[float] = field(init=False)
+    tpot_errors: deque[float] = field(init=False)
+
+    steps: dict[int, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ttft_errors = deque(maxlen=self.window)
+        self.tpot_errors = deque(maxlen=self.window)
+        self.steps = {}
+
+    def step_s(self, batch: int) -> float:
+        """One step of ``batch`` decoding sequences with this backend's speculation."""
+        cached = self.steps.get(batch)
+        if cached is None:
+            cached = self.steps[batch] = self.costs.step_s(self.method, batch, self.k)
+        return cached
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One backend's predicted latencies for a request, with what they came from."""
+
+    ttft_s: float
+    tpot_s: float
+    model_ttft_s: float
+    model_tpot_s: float
+    queued_tokens: int
+    prompt_tokens: int
+    batch: int
+    step_s: float
+    tokens_per_step: float
+    acceptance: float | None
+    prefill_share: float
+    ttft_ratio: float
+    tpot_ratio: float
+    # Decode delay its prefill adds to the requests already there, summed over them.
+    imposed_s: float
+
+    def describe(self) -> str:
+        spec = (
+            f", acceptance {self.acceptance:.2f}: {self.tokens_per_step:.2f} tokens/step"
+            if self.acceptance is not None
+            else ""
+        )
+        return (
+            f"TTFT ~{self.ttft_s * 1000:.0f} ms ({self.queued_tokens} tok queued + "
+            f"{self.prompt_tokens} own, x{self.ttft_ratio:.2f} measured), "
+            f"TPOT ~{self.tpot_s * 1000:.1f} ms (step {self.step_s * 1000:.1f} ms at "
+            f"batch {self.batch}, prefill share {self.prefill_share:.0%}{spec}, "
+            f"x{self.tpot_ratio:.2f} measured); its prefill delays the {self.batch - 1} "
+            f"already there by {self.imposed_s * 1000:.0f} ms in all"
+        )
+
+
+class LatencyModel:
+    """Per-backend TTFT/TPOT predictions, learned corrections and prediction errors."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        acceptance: AcceptanceTracker,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.acceptance = acceptance
+        self.clock = clock
+        self._online: dict[str, _Online] = {}
+        self._bytes_per_token: dict[str, float] = {}
+        self._output_mean: dict[str, float] = {}
+        self._output_share: dict[str, float] = {}
+        self.apply_policy(policy)
+
+    # -- configuration --------------------------------------------------------------------
+    def apply_policy(self, policy: Policy) -> None:
+        """Load the policy's profiles (raises on a bad one) and keep what was measured
+        about backends that stay on the same profile."""
+        settings = policy.latency
+        profiles: dict[str, EngineCosts] = {}
+        online: dict[str, _Online] = {}
+        for spec in policy.backends:
+            name = settings.profile_for(spec.pool)
+            costs = profiles.get(name)
+            if costs is None:
+                costs = profiles[name] = EngineCosts(load_engine_profile(name))
+            method, k = spec.speculation.method, spec.speculation.k
+            old = self._online.get(spec.name)
+            if old is not None and old.costs.profile == costs.profile:
+                old.costs, old.method, old.k, old.steps = costs, method, k, {}
+                online[spec.name] = old
+            else:
+                online[spec.name] = _Online(costs, settings.window, method, k)
+        self.settings: LatencySettings = settings
+        self.priors = policy.acceptance.priors
+        self._online = online
+        self._decay = 1.0 / settings.prefill_window_s
+
+    # -- estimates of the request -------------------------------------------------------------
+    def prompt_tokens(self, label: str, prompt_bytes: int) -> int:
+        ratio = self._bytes_per_token.get(label, self.settings.bytes_per_token)
+        return max(int(prompt_bytes / ratio), 1)
+
+    def output_tokens(self, label: str, max_tokens: int | None) -> float:
+        """Expected output tokens: the class's usual share of ``max_tokens``, else its
+        usual length (capped by ``max_tokens``)."""
+        if max_tokens is not None:
+            share = self._output_share.get(label)
+            if share is not None:
+                return max(share * max_tokens, 1.0)
+        mean = self._output_mean.get(label, self.settings.output_tokens)
+        return min(mean, float(max_tokens)) if max_tokens is not None else mean
+
+    def typical_output_tokens(self) -> float:
+        """Expected output tokens of a request of any class (the neighbours' length)."""
+        means = self._output_mean
+        return sum(means.values()) / len(means) if means else self.settings.output_tokens
+
+    def draft_acceptance(self, backend: BackendState, label: str) -> float | None:
+        """Measured accepted/drafted rate for this class, else the method's prior."""
+        if not backend.speculative:
+            return None
+        measured = self.acceptance.usable.get(label, {}).get(backend.name)
+        if measured is not None:
+            return measured
+        prior = self.priors.get(backend.method, {}).get(label)
+        if prior is not None:
+            return prior
+        return backend.window_acceptance if backend.window_acceptance is not None else 0.5
+
+    # -- predictions ---------------------------------------------------------------------
+    def latencies(
+        self, backends: Sequence[BackendState], request: RequestInfo
+    ) -> list[tuple[float, float, float]]:
+        """Every backend's predicted (TTFT, TPOT, imposed delay) in seconds for one
+        request: the scheduler's batch form (hot path: no records built)."""
+        label = request.label
+        prompt = self.prompt_tokens(label, request.prompt_bytes)
+        now = self.clock()
+        usable = self.acceptance.usable.get(label) or {}
+        online = self._online
+        out: list[tuple[float, float, float]] = []
+        append = out.append
+        for b in backends:
+            state = online.get(b.name) or self._adopt(b)
+            acceptance = None
+            if b.speculative:
+                acceptance = usable.get(b.name)
+                if acceptance is None:
+                    acceptance = self.draft_acceptance(b, label)
+            ttft, tpot, *_ = self._model(state, b, prompt, acceptance, now)
+            imposed = b.inflight * state.costs.prefill_s_per_token
+            append((ttft * state.ttft_ratio, tpot * state.tpot_ratio, imposed * prompt))
+        return out
+
+    def predict(self, backend: BackendState, request: RequestInfo) -> Prediction:
+        """One backend's prediction with what it came from (explanations, dispatch)."""
+        label = request.label
+        state = self._online.get(backend.name) or self._adopt(backend)
+        prompt = self.prompt_tokens(label, request.prompt_bytes)
+        acceptance = self.draft_acceptance(backend, label)
+        ttft, tpot, step, per_step, share = self._model(
+            state, backend, prompt, acceptance, self.clock()
+        )
+        return Prediction(
+            imposed_s=backend.inflight * state.costs.prefill_s_per_token * prompt,
+            ttft_s=ttft * state.ttft_ratio,
+            tpot_s=tpot * state.tpot_ratio,
+            model_ttft_s=ttft,
+            model_tpot_s=tpot,
+            queued_tokens=max(backend.prefill_pending, 0),
+            prompt_tokens=prompt,
+            batch=backend.inflight + 1,
+            step_s=step,
+            tokens_per_step=per_step,
+            acceptance=acceptance,
+            prefill_share=share,
+            ttft_ratio=state.ttft_ratio,
+            tpot_ratio=state.tpot_ratio,
+        )
+
+    def _model(
+        self,
+        state: _Online,
+        backend: BackendState,
+        prompt: int,
+        acceptance: float | None,
+        now: float,
+    ) -> tuple[float, float, float, float, float]:
+        """The calibrated model of the module docstring, uncorrected: (TTFT, TPOT, step of
+        the batch joined, tokens per step, prefill share)."""
+        costs = state.costs
+        k = state.k if acceptance is not None else 0
+        batch = backend.inflight
+        queued = backend.prefill_pending
+        work = (queued if queued > 0 else 0) + prompt
+        chunk = costs.chunk_tokens
+        budget = max(chunk - batch * (k + 1), chunk >> 3)
+        per_token = costs.prefill_s_per_token
+        steps = state.steps  # memoised step costs (never 0), looked up inline: hot path
+        ttft = (work / budget + 0.5) * (steps.get(batch) or state.step_s(batch))
+        ttft += per_token * work
+        # Decayed prompt tokens over the time constant: the recent prompt-token rate.
+        share = 0.0
+        if state.prefill_sum:
+            decay = self._decay
+            rate = state.prefill_sum * math.exp((state.prefill_at - now) * decay) * decay
+            share = min(per_token * rate, _MAX_PREFILL_SHARE)
+        per_step = 1.0 + acceptance * k if acceptance is not None else 1.0
+        step = steps.get(batch + 1) or state.step_s(batch + 1)
+        return ttft, step / (1.0 - share) / per_step, step, per_step, share
+
+    def _adopt(self, backend: BackendState) -> _Online:
+        """A backend of a policy being applied, not known here yet: the default profile."""
+        speculation = backend.spec.speculation
+        state = _Online(
+            EngineCosts(default_profile()), self.settings.window, speculation.method, speculation.k
+        )
+        self._online[backend.name] = state
+        return state
+
+    def dispatch(self, backend: BackendState, request: RequestInfo) -> LatencyForecast:
+        """The prediction for the backend a request is being sent to, before it counts
+        there; records its prompt in the backend's prompt-token rate."""
+        p = self.predict(backend, request)
+        online = self._online[backend.name]
+        now = self.clock()
+        online.prefill_sum = p.prompt_tokens + online.prefill_sum * math.exp(
+            (online.prefill_at - now) * self._decay
+        )
+        online.prefill_at = now
+        return LatencyForecast(
+            ttft_s=p.ttft_s,
+            tpot_s=p.tpot_s,
+            model_ttft_s=p.model_ttft_s,
+            model_tpot_s=p.model_tpot_s,
+            prompt_tokens=p.prompt_tokens,
+            prompt_bytes=request.prompt_bytes,
+            max_tokens=request.max_tokens,
+            output_tokens=self.output_tokens(request.label, request.max_tokens),
+        )
+
+    # -- learning from outcomes -------------------------------------------------------------
+    def observe(self, outcome: Outcome) -> None:
+        """Correct the backend's ratios and the request estimates from one response."""
+        forecast = outcome.forecast
+        online = self._online.get(outcome.backend)
+        if forecast is None or online is None or not outcome.ok:
+            return
+        alpha = self.settings.correction_alpha
+        self._learn_request(outcome, forecast, alpha)
+        if not outcome.events:
+            # Not streamed: the "first byte" is the whole completion, no TTFT to learn from.
+            return
+        ttft, tpot = outcome.ttft, outcome.tpot
+        if ttft is not None and ttft > 0 and forecast.model_ttft_s > 0:
+            online.ttft_ratio = _geometric_step(
+                online.ttft_ratio, ttft / forecast.model_ttft_s, alpha
+            )
+            online.ttft_errors.append(abs(ttft - forecast.ttft_s))
+        if tpot is not None and tpot > 0 and forecast.model_tpot_s > 0:
+            online.tpot_ratio = _geometric_step(
+                online.tpot_ratio, tpot / forecast.model_tpot_s, alpha
+            )
+            online.tpot_errors.append(abs(tpot - forecast.tpot_s))
+
+    def _learn_request(self, outcome: Outcome, forecast: LatencyForecast, alpha: float) -> None:
+        label = outcome.label
+        if outcome.prompt_tokens and forecast.prompt_bytes:
+            ratio = forecast.prompt_bytes / outcome.prompt_tokens
+            old = self._bytes_per_token.get(label, self.settings.bytes_per_token)
+            self._bytes_per_token[label] = old + alpha * (ratio - old)
+        produced = outcome.completion_tokens
+        if produced:
+            old = self._output_mean.get(label, self.settings.output_tokens)
+            self._output_mean[label] = old + alpha * (produced - old)
+            if forecast.max_tokens:
+                share = min(produced / forecast.max_tokens, 1.0)
+                old = self._output_share.get(label, share)
+                self._output_share[label] = old + alpha * (share - old)
+
+    # -- what it has learned, for metrics and the admin API ------------------------------------
+    def errors(self) -> dict[str, tuple[float | None, float | None]]:
+        """Per backend: median absolute error (seconds) of predicted TTFT and TPOT."""
+        return {
+            name: (_median(o.ttft_errors), _median(o.tpot_errors))
+            for name, o in self._online.items()
+        }
+
+    def corrections(self) -> dict[str, tuple[float, float]]:
+        """Per backend: the measured/predicted ratios applied to TTFT and TPOT."""
+        return {name: (o.ttft_ratio, o.tpot_ratio) for name, o in self._online.items()}
+
+    def bytes_per_token(self, label: str) -> float:
+        return self._bytes_per_token.get(label, self.settings.bytes_per_token)
+
+
+def _geometric_step(current: float, observed: float, alpha: float) -> float:
+    """One step of an exponentially weighted geometric mean (ratios are multiplicative)."""
+    observed = min(max(observed, 1.0 / _MAX_RATIO), _MAX_RATIO)
+    return float(current * (observed / current) ** alpha)
+
+
+def _median(values: deque[float]) -> float | None:
+    return statistics.median(values) if values else None

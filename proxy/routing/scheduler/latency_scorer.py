@@ -1,0 +1,108 @@
+"""The latency scorer: the chance this request meets its objective on each backend.
+
+From the latency model's predicted TTFT and TPOT (proxy/routing/latency.py) and the
+request's objective (the policy's ``slo`` section, by model and class):
+
+    P(meet) = P(TTFT <= objective) * P(TPOT <= objective)
+
+each read off a log-logistic curve around the prediction, ``1 / (1 + (predicted /
+objective) ** spread)`` (one half when the prediction sits on the objective; ``spread``
+says how sure the model is), TPOT counting only when the request is expected to produce
+more than one token. That chance counts relative to the best backend's, so under
+overload, where every chance is small, the best one still stands out. A share
+``latency_weight`` of the score goes to low expected
+end-to-end latency for the expected output length (class prior and ``max_tokens``):
+``budget / (budget + TTFT + TPOT * (n - 1))`` with ``budget`` what the objective allows
+for n tokens. That share ranks the backends when all of them (light load) or none of them
+(overload) are likely to meet the objective; the batch a request joins, the prompts queued
+ahead of it and the prefills beside it are all in the predictions, so load balance needs
+no separate vote. What the request costs the others counts too: the score is divided by
+``1 + neighbour_weight * harm``, the harm being the decode delay its prefill imposes on
+the requests already on the backend (summed) over a typical request's TPOT budget
+(``tpot_goal`` times typical output tokens): long prompts go where few decodes would
+feel them. Break-even and acceptance are inputs of the model too: speculation
+wins exactly where the measured acceptance makes its step cheaper per token at the batch
+it would join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from proxy.policy import Objective
+from proxy.routing.fleet import BackendState
+from proxy.routing.scheduler.base import SchedulingContext
+
+
+class LatencyScorer:
+    name = "latency"
+
+    def __init__(
+        self, spread: float = 4.0, latency_weight: float = 0.25, neighbour_weight: float = 1.0
+    ) -> None:
+        if spread <= 0:
+            raise ValueError("latency: spread must be > 0")
+        if not 0.0 <= latency_weight <= 1.0:
+            raise ValueError("latency: latency_weight must lie in [0, 1]")
+        if neighbour_weight < 0:
+            raise ValueError("latency: neighbour_weight must be >= 0")
+        self.spread = spread
+        self.latency_weight = latency_weight
+        self.neighbour_weight = neighbour_weight
+
+    def score_all(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState]
+    ) -> Sequence[float]:
+        request = ctx.request
+        objective = ctx.policy.slo.objective(request.model, request.label)
+        tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
+        # ``rate`` inlined over the batch (hot path: one call per request, not per backend).
+        ttft_goal, tpot_goal = objective.ttft_ms / 1000.0, objective.tpot_ms / 1000.0
+        spread = self.spread
+        later = tokens - 1.0 if tokens > 1.0 else 0.0
+        budget = ttft_goal + tpot_goal * later
+        harm = self.neighbour_weight / (tpot_goal * ctx.latency.typical_output_tokens())
+        rated: list[tuple[float, float, float]] = []
+        for ttft, tpot, imposed in ctx.latency.latencies(backends, request):
+            meet = 1.0 / (1.0 + (ttft / ttft_goal) ** spread)
+            if later:
+                meet /= 1.0 + (tpot / tpot_goal) ** spread
+            rated.append((meet, budget / (budget + ttft + tpot * later), harm * imposed))
+        return self.combine(rated)
+
+    def combine(self, rated: list[tuple[float, float, float]]) -> list[float]:
+        """Scores from (P(meet), speed, harm): the chance relative to the best backend's
+        (under overload every chance is small, and the best is still worth taking) plus
+        the speed share, divided by 1 + the harm done to the neighbours."""
+        best = max((meet for meet, _, _ in rated), default=0.0)
+        w = self.latency_weight
+        scale = (1.0 - w) / best if best > 0.0 else 0.0
+        return [(scale * meet + w * speed) / (1.0 + harm) for meet, speed, harm in rated]
+
+    def rate(
+        self, ttft: float, tpot: float, objective: Objective, tokens: float
+    ) -> tuple[float, float]:
+        """(P(meet), speed) of one predicted (TTFT, TPOT); speed is
+        ``budget / (budget + e2e)``. ``score_all`` inlines the same arithmetic."""
+        ttft_goal, tpot_goal = objective.ttft_ms / 1000.0, objective.tpot_ms / 1000.0
+        spread = self.spread
+        later = tokens - 1.0 if tokens > 1.0 else 0.0
+        meet = 1.0 / (1.0 + (ttft / ttft_goal) ** spread)
+        if later:
+            meet /= 1.0 + (tpot / tpot_goal) ** spread
+        budget = ttft_goal + tpot_goal * later
+        return meet, budget / (budget + ttft + tpot * later)
+
+    def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
+        request = ctx.request
+        objective = ctx.policy.slo.objective(request.model, request.label)
+        tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
+        p = ctx.latency.predict(backend, request)
+        meet, _ = self.rate(p.ttft_s, p.tpot_s, objective, tokens)
+        spec = f", acceptance {p.acceptance:.2f}" if p.acceptance is not None else ""
+        # Compact: it is also the route header's reason. /admin/explain adds p.describe().
+        return (
+            f"predicted TTFT ~{p.ttft_s * 1000:.0f} ms, TPOT ~{p.tpot_s * 1000:.1f} ms "
+            f"(batch {p.batch}, {p.queued_tokens} tok queued{spec}), ~{tokens:.0f} tokens: "
+            f"P(TTFT <= {objective.ttft_ms:g} ms, TPOT <= {objective.tpot_ms:g} ms) {meet:.2f}"
+        )

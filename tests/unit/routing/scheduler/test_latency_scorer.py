@@ -1,0 +1,128 @@
+"""The latency scorer picks by predicted TTFT/TPOT against the request's objective."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.policy import PolicyError, parse_policy
+from proxy.records import RequestInfo
+from proxy.routing.scheduler.latency_scorer import LatencyScorer
+from proxy.routing.scheduler.scheduler import Scheduler
+from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, mixed_fleet
+
+LATENCY_ONLY: dict[str, Any] = {
+    "filters": [{"type": "model"}, {"type": "healthy"}],
+    "scorers": [{"type": "latency"}],
+}
+
+
+def scheduler(policy_maker: Any = mixed_fleet, **sections: Any) -> Scheduler:
+    return healthy_scheduler(policy_maker(routing=LATENCY_ONLY, **sections))
+
+
+def chosen(s: Scheduler, label: str, tokens: int = 1000, max_tokens: int | None = None) -> str:
+    request = RequestInfo("m", label, prompt_bytes=4 * tokens, max_tokens=max_tokens)
+    decision = s.schedule(request)
+    assert decision.chosen is not None
+    return decision.chosen.backend.name
+
+
+def two_plain(**sections: Any) -> Any:
+    return make_policy(backend("plain-0", "plain"), backend("plain-1", "plain"), **sections)
+
+
+def test_a_short_request_avoids_the_engine_with_a_long_prefill_queue() -> None:
+    s = scheduler(two_plain)
+    busy, idle = s.fleet.backends["plain-0"], s.fleet.backends["plain-1"]
+    busy.local_inflight, idle.local_inflight = 4, 12  # fewer requests, but...
+    busy.prefill_pending = 16_000  # ...eight long prompts waiting for their first token
+    assert chosen(s, "code", tokens=1500, max_tokens=13) == "plain-1"
+
+
+def test_speculation_wins_on_an_idle_fleet_when_acceptance_is_high() -> None:
+    s = scheduler()
+    assert chosen(s, "code", max_tokens=200) in {"ngram-0", "eagle-0"}
+    # EAGLE-3's prior for chat (0.5: 2.5 tokens a step) beats prompt lookup's (0.1: 1.4).
+    assert chosen(s, "chat", max_tokens=200) == "eagle-0"
+
+
+def test_a_crowded_speculative_engine_loses_to_an_idle_plain_one() -> None:
+    s = scheduler()
+    for name in ("ngram-0", "eagle-0"):
+        s.fleet.backends[name].local_inflight = 200
+    assert chosen(s, "code", max_tokens=200) == "plain-0"
+
+
+def test_measured_acceptance_moves_the_choice() -> None:
+    s = scheduler()
+    for _ in range(10):
+        s.acceptance.observe("eagle-0", "chat", 0.3, 3.0)  # 10% of drafts kept
+    # n-gram's free drafts still pay at its prior (1.4 tokens a step at batch 1).
+    assert chosen(s, "chat", max_tokens=200) == "ngram-0"
+
+
+def test_explain_shows_each_backends_predictions_and_why() -> None:
+    s = scheduler(slo={"classes": {"code": {"ttft_ms": 300, "tpot_ms": 20}}})
+    request = RequestInfo("m", "code", prompt_bytes=4000, max_tokens=50)
+    report = s.explain(s.schedule(request, explain=True))
+    rows = {row["backend"]: row for row in report["candidates"]}
+    why = rows["plain-0"]["why"]["latency"]
+    assert "TTFT ~" in why and "TPOT ~" in why and "P(TTFT <= 300 ms, TPOT <= 20 ms)" in why
+    assert "acceptance 0.50" in rows["ngram-0"]["why"]["latency"]
+
+
+def test_slo_and_latency_sections_are_validated() -> None:
+    base = "backends: [{name: a, url: 'http://x', model: m, pool: p}]\n"
+    policy = parse_policy(base + "slo: {models: {m: {classes: {code: {ttft_ms: 200}}}}}")
+    assert policy.slo.objective("m", "code").ttft_ms == 200
+    assert policy.slo.objective("m", "chat").ttft_ms == 500
+    for bad in (
+        "slo: {default: {ttft_ms: 0}}",
+        "slo: {models: {other: {}}}",
+        "latency: {pools: {nope: default}}",
+        "latency: {correction_alpha: 2}",
+    ):
+        with pytest.raises(PolicyError):
+            parse_policy(base + bad)
+
+
+def test_power_of_two_takes_the_better_of_two_random_backends() -> None:
+    policy = make_policy(
+        *(backend(f"plain-{i}", "plain") for i in range(4)),
+        routing={
+            "scorers": [{"type": "load", "params": {"prefill_tokens_full": 0}}],
+            "picker": {"type": "power_of_two", "params": {"seed": 3}},
+        },
+    )
+    s = healthy_scheduler(policy)
+    for i, b in enumerate(s.fleet.backends.values()):
+        b.local_inflight = 10 * i  # plain-3 the fullest: never the better of two
+    picks = [chosen(s, "chat") for _ in range(200)]
+    assert "plain-3" not in picks
+    assert {"plain-0", "plain-1", "plain-2"} == set(picks)
+    assert picks.count("plain-0") > picks.count("plain-2")
+
+
+def test_the_batch_form_equals_rating_backend_by_backend() -> None:
+    s = scheduler()
+    for i, b in enumerate(s.fleet.backends.values()):
+        b.local_inflight, b.prefill_pending = 30 * i, 2000 * i
+    request = RequestInfo("m", "code", prompt_bytes=6000, max_tokens=40)
+    ctx = s._context(request)
+    scorer = LatencyScorer()
+    backends = list(s.fleet.backends.values())
+    objective = s.policy.slo.objective("m", "code")
+    tokens = s.latency.output_tokens("code", 40)
+    predictions = [s.latency.predict(b, request) for b in backends]
+    harm = 1.0 / (objective.tpot_ms / 1000 * s.latency.typical_output_tokens())
+    rated = [
+        (*scorer.rate(p.ttft_s, p.tpot_s, objective, tokens), harm * p.imposed_s)
+        for p in predictions
+    ]
+    assert scorer.score_all(ctx, backends) == pytest.approx(scorer.combine(rated), rel=1e-12)
+    # The likeliest backend's chance counts in full, the others' relative to it.
+    scores = scorer.score_all(ctx, backends)
+    best = max(range(len(rated)), key=lambda i: rated[i][0])
+    assert scores[best] == pytest.approx((0.75 + 0.25 * rated[best][1]) / (1 + rated[best][2]))

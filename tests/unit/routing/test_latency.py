@@ -1,0 +1,182 @@
+"""The latency model: calibrated predictions at known points, and online correction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.records import Outcome, RequestInfo
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.fleet import Fleet
+from proxy.routing.latency import LatencyModel
+from tests.unit.policy_helpers import mixed_fleet
+
+# From ../shared/calibration (H200, Llama-3.1-8B shape, ms): verify_cost.csv and
+# draft_cost.csv, as in the bundled default profile.
+T_1_1, T_64_1, T_1_4, DRAFT_FULL_1 = 5.3244, 7.8327, 5.7044, 0.4796
+PREFILL_MS_PER_TOKEN, CHUNK = 0.027, 8192
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(**sections: object) -> tuple[LatencyModel, Fleet, Clock]:
+    policy = mixed_fleet(**sections)
+    clock = Clock()
+    model = LatencyModel(policy, AcceptanceTracker(policy.acceptance), clock)
+    return model, Fleet(policy), clock
+
+
+def request(label: str = "chat", tokens: int = 1000, max_tokens: int | None = None) -> RequestInfo:
+    # 4 bytes per token until the model has learned better.
+    return RequestInfo("m", label, prompt_bytes=4 * tokens, max_tokens=max_tokens)
+
+
+def test_idle_plain_engine_matches_the_calibration() -> None:
+    model, fleet, _ = setup()
+    p = model.predict(fleet.backends["plain-0"], request(tokens=1000))
+    assert p.prompt_tokens == 1000
+    ttft_ms = (1000 / CHUNK + 0.5) * T_1_1 + PREFILL_MS_PER_TOKEN * 1000
+    assert p.ttft_s * 1000 == pytest.approx(ttft_ms, rel=1e-6)
+    assert p.tpot_s * 1000 == pytest.approx(T_1_1, rel=1e-6)
+
+
+def test_a_busy_plain_engine_decodes_at_the_calibrated_batch_step() -> None:
+    model, fleet, _ = setup()
+    plain = fleet.backends["plain-0"]
+    plain.local_inflight = 63  # the request makes it 64
+    plain.prefill_pending = 3000
+    p = model.predict(plain, request(tokens=1000))
+    assert p.tpot_s * 1000 == pytest.approx(T_64_1, rel=1e-6)
+    # Its prompt waits behind the 3000 queued tokens, chunked into the decode steps.
+    queued_ms = PREFILL_MS_PER_TOKEN * 4000
+    assert p.ttft_s * 1000 > queued_ms + 5.0
+    idle = model.predict(fleet.backends["ngram-0"], request(tokens=1000))
+    assert p.ttft_s > 3 * idle.ttft_s
+
+
+def test_speculation_divides_the_verification_step_by_the_tokens_it_yields() -> None:
+    model, fleet, _ = setup(acceptance={"priors": {"eagle3": {"chat": 0.6}}})
+    p = model.predict(fleet.backends["eagle-0"], request("chat"))
+    step_ms = T_1_4 + 3 * DRAFT_FULL_1  # k = 3: verify 4 tokens, 3 draft steps
+    assert p.acceptance == 0.6
+    assert p.tokens_per_step == pytest.approx(1 + 0.6 * 3)
+    assert p.tpot_s * 1000 == pytest.approx(step_ms / 2.8, rel=1e-6)
+    plain = model.predict(fleet.backends["plain-0"], request("chat"))
+    assert p.tpot_s < plain.tpot_s / 2
+
+
+def test_measured_acceptance_replaces_the_prior() -> None:
+    model, fleet, _ = setup()
+    for _ in range(10):
+        model.acceptance.observe("ngram-0", "code", 1.0, 4.0)  # 25% of drafts kept
+    p = model.predict(fleet.backends["ngram-0"], request("code"))
+    assert p.acceptance == pytest.approx(0.25)
+
+
+def test_prompts_sent_to_an_engine_slow_its_decodes() -> None:
+    model, fleet, clock = setup()
+    plain = fleet.backends["plain-0"]
+    before = model.predict(plain, request()).tpot_s
+    for _ in range(40):  # 40 x 1000 tokens within 2 s: 20k tokens/s of prefill
+        model.dispatch(plain, request())
+        clock.now += 0.05
+    p = model.predict(plain, request())
+    # Seen through the 2 s window (~63% of the burst's weight): ~0.3 of the engine's time.
+    assert 0.25 < p.prefill_share < 0.54
+    assert p.tpot_s == pytest.approx(before / (1 - p.prefill_share), rel=1e-6)
+    clock.now += 60.0  # the burst is long gone
+    assert model.predict(plain, request()).prefill_share < 0.01
+
+
+def test_online_correction_converges_to_what_the_backend_delivers() -> None:
+    model, fleet, clock = setup()
+    plain = fleet.backends["plain-0"]
+    for _ in range(150):
+        forecast = model.dispatch(plain, request(tokens=500, max_tokens=100))
+        ttft = 2.0 * forecast.model_ttft_s
+        tpot = 1.5 * forecast.model_tpot_s
+        outcome = Outcome(
+            "plain-0", "plain", False, "chat", 0, clock.now, ok=True, forecast=forecast
+        )
+        outcome.first_byte = clock.now + ttft
+        outcome.completion_tokens = 100
+        outcome.finished = outcome.first_byte + 99 * tpot
+        outcome.prompt_tokens = 400  # the usage says 5 bytes per token, not 4
+        outcome.events = 101  # streamed
+        model.observe(outcome)
+        clock.now += 10.0
+    ttft_ratio, tpot_ratio = model.corrections()["plain-0"]
+    assert ttft_ratio == pytest.approx(2.0, rel=0.02)
+    assert tpot_ratio == pytest.approx(1.5, rel=0.02)
+    assert model.bytes_per_token("chat") == pytest.approx(5.0, rel=0.02)
+    assert model.prompt_tokens("chat", 5000) == pytest.approx(1000, rel=0.02)
+    ttft_error, tpot_error = model.errors()["plain-0"]
+    assert ttft_error is not None and tpot_error is not None
+    # The errors shrink to a small share of the (corrected) predictions.
+    final = model.predict(plain, request(tokens=500))
+    assert ttft_error < 0.5 * final.ttft_s and tpot_error < 0.5 * final.tpot_s
+    assert model.errors()["ngram-0"] == (None, None)
+
+
+def test_expected_output_follows_the_class_share_of_max_tokens() -> None:
+    model, fleet, clock = setup()
+    assert model.output_tokens("code", None) == 128.0
+    assert model.output_tokens("code", 20) == 20.0
+    plain = fleet.backends["plain-0"]
+    for _ in range(100):
+        forecast = model.dispatch(plain, request("code", max_tokens=200))
+        outcome = Outcome(
+            "plain-0", "plain", False, "code", 0, clock.now, ok=True, forecast=forecast
+        )
+        outcome.first_byte, outcome.finished = clock.now + 0.1, clock.now + 0.5
+        outcome.completion_tokens = 50
+        model.observe(outcome)
+    assert model.output_tokens("code", 400) == pytest.approx(100.0, rel=0.05)
+    assert model.output_tokens("code", None) == pytest.approx(50.0, rel=0.05)
+
+
+def test_a_policy_names_a_profile_per_pool(tmp_path: Path) -> None:
+    path = tmp_path / "slow.json"
+    path.write_text('{"prefill_ms_per_token": 0.27}')
+    model, fleet, _ = setup(latency={"pools": {"plain": str(path)}})
+    slow = model.predict(fleet.backends["plain-0"], request(tokens=1000))
+    fast = model.predict(fleet.backends["ngram-0"], request(tokens=1000))
+    assert slow.ttft_s - fast.ttft_s == pytest.approx(0.243, rel=0.05)
+
+
+def test_an_unusable_profile_is_a_value_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"batch_sizes": [1]}')
+    for name, reason in ((str(bad), "two batch sizes"), ("/nonexistent.json", "cannot read")):
+        with pytest.raises(ValueError, match=reason) as err:
+            setup(latency={"profile": name})
+        assert name in str(err.value)
+
+
+def test_a_gpu_name_selects_its_derived_profile() -> None:
+    model, fleet, _ = setup(latency={"pools": {"plain": "l40s"}})
+    l40s = model.predict(fleet.backends["plain-0"], request(tokens=1000))
+    h200 = model.predict(fleet.backends["ngram-0"], request(tokens=1000))
+    assert l40s.ttft_s > 1.5 * h200.ttft_s  # far less compute and bandwidth
+
+
+def test_a_unary_response_teaches_sizes_but_not_latency() -> None:
+    model, fleet, clock = setup()
+    plain = fleet.backends["plain-0"]
+    forecast = model.dispatch(plain, request(tokens=500, max_tokens=100))
+    outcome = Outcome("plain-0", "plain", False, "chat", 0, clock.now, ok=True, forecast=forecast)
+    # Its first byte is the whole completion: 5x the predicted TTFT, but no TTFT at all.
+    outcome.first_byte = outcome.finished = clock.now + 5 * forecast.model_ttft_s
+    outcome.completion_tokens, outcome.prompt_tokens = 100, 400
+    model.observe(outcome)
+    assert model.corrections()["plain-0"] == (1.0, 1.0)
+    assert model.errors()["plain-0"] == (None, None)
+    # 2000 bytes for 400 tokens: one step (alpha 0.05) from 4 towards 5.
+    assert model.bytes_per_token("chat") == pytest.approx(4.05)
