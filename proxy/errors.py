@@ -99,6 +99,16 @@ class UpstreamStatus(UpstreamFailure):
         self.body = body
 
 
+class UpstreamOverloaded(UpstreamStatus):
+    """The backend answered 429 or 503: busy, not broken (no ejection, a back-off)."""
+
+    def __init__(
+        self, backend: str, upstream_status: int, body: bytes, retry_after: str | None
+    ) -> None:
+        super().__init__(backend, upstream_status, body)
+        self.retry_after = retry_after
+
+
 class UpstreamTimeout(UpstreamFailure):
     """No first byte in time."""
 

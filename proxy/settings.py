@@ -42,6 +42,14 @@ class Settings(BaseModel):
 
     scrape_interval_s: float = Field(default=2.0, gt=0)
     health_failures_to_eject: int = Field(default=2, ge=1)
+    # Passive outlier detection and overload back-off (proxy/routing/outlier.py; defaults
+    # after Envoy's outlier_detection).
+    outlier_consecutive_failures: int = Field(default=5, ge=1)
+    outlier_base_ejection_s: float = Field(default=30.0, gt=0)
+    outlier_max_ejection_s: float = Field(default=300.0, gt=0)
+    outlier_max_ejection_percent: float = Field(default=10.0, ge=0, le=100)
+    overload_backoff_s: float = Field(default=5.0, ge=0)
+    overload_max_backoff_s: float = Field(default=60.0, ge=0)
     store_sync_interval_s: float = Field(default=0.1, gt=0)
     log_level: str = "info"
     log_format: Literal["text", "json"] = Field(

@@ -21,6 +21,7 @@ from proxy.errors import (
     GatewayError,
     UpstreamClosedEarly,
     UpstreamFailure,
+    UpstreamOverloaded,
     UpstreamStatus,
     UpstreamTimeout,
     UpstreamUnreachable,
@@ -34,6 +35,7 @@ from proxy.gateway.watch import Interruption, Watch
 from proxy.metrics import GatewayMetrics
 from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.fleet import BackendState
+from proxy.routing.outlier import OutlierConfig, OutlierDetector, parse_retry_after
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -81,6 +83,17 @@ async def send_json(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def outlier_config(settings: Settings) -> OutlierConfig:
+    return OutlierConfig(
+        consecutive_failures=settings.outlier_consecutive_failures,
+        base_ejection_s=settings.outlier_base_ejection_s,
+        max_ejection_s=settings.outlier_max_ejection_s,
+        max_ejection_percent=settings.outlier_max_ejection_percent,
+        overload_backoff_s=settings.overload_backoff_s,
+        max_overload_backoff_s=settings.overload_max_backoff_s,
+    )
+
+
 class Gateway:
     def __init__(
         self,
@@ -90,6 +103,7 @@ class Gateway:
         *,
         listeners: Sequence[OutcomeListener] = (),
         sampler: OutputSampler | None = None,
+        outliers: OutlierDetector | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -100,6 +114,7 @@ class Gateway:
         self.upstream = upstream
         self.listeners = tuple(listeners)
         self.sampler = sampler
+        self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
 
     async def handle(self, kind: Endpoint, scope: Message, receive: Receive, send: Send) -> None:
         # os.urandom, not uuid4: the same 128 random bits at a tenth of the cost.
@@ -157,8 +172,12 @@ class Gateway:
                 last = failure
             self.metrics.retries.labels(backend.name, last.code).inc()
         if isinstance(last, UpstreamStatus):
-            # Every attempt got a 5xx: the client sees the backend's own status and message.
-            await send_json(send, last.upstream_status, last.body, [(b"x-request-id", rid)])
+            # Every attempt got a 5xx (or 429): the client sees the backend's own status and
+            # message, and its Retry-After if it sent one.
+            headers = [(b"x-request-id", rid)]
+            if isinstance(last, UpstreamOverloaded) and last.retry_after:
+                headers.append((b"retry-after", last.retry_after.encode("latin-1")))
+            await send_json(send, last.upstream_status, last.body, headers)
             return
         if last is not None:
             raise last.error()
@@ -174,9 +193,14 @@ class Gateway:
             await self.store.add_inflight(attempt.backend.name, 1)
             try:
                 first = await self._dispatch(attempt, watch)
-            except UpstreamFailure as failure:
-                attempt.backend.mark_failure(failure.health, self.settings.health_failures_to_eject)
+            except UpstreamOverloaded as busy:
+                after = parse_retry_after(busy.retry_after)
+                self.outliers.overloaded(attempt.backend, after, busy.health)
                 raise
+            except UpstreamFailure as failure:
+                self.outliers.failed(attempt.backend, failure.health)
+                raise
+            self.outliers.succeeded(attempt.backend)
             if first is not None:  # None: the client left before the first byte
                 await self._relay(attempt, first, watch, send)
         finally:
@@ -251,6 +275,9 @@ class Gateway:
                 upstream = await self.upstream.post(url, body, headers)
                 attempt.upstream = upstream
                 outcome.status = upstream.status
+                if upstream.status in (429, 503):
+                    body, after = await upstream.read(), upstream.retry_after
+                    raise UpstreamOverloaded(backend.name, upstream.status, body, after)
                 if upstream.status >= 500:
                     raise UpstreamStatus(backend.name, upstream.status, await upstream.read())
                 streamed = parsed.stream and upstream.status == 200

@@ -32,6 +32,8 @@ class UpstreamError(Exception):
 class UpstreamResponse(Protocol):
     status: int
     content_type: str
+    # The backend's Retry-After header ("" if none): read on 429/503 answers.
+    retry_after: str
 
     async def next_chunk(self) -> bytes:
         """The next body bytes as they arrived (no re-framing); ``b""`` at the end."""
@@ -54,13 +56,14 @@ class UpstreamClient(Protocol):
 
 
 class _AiohttpResponse:
-    __slots__ = ("_content", "_resp", "content_type", "status")
+    __slots__ = ("_content", "_resp", "content_type", "retry_after", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse) -> None:
         self._resp = resp
         self._content = resp.content
         self.status = resp.status
         self.content_type = resp.headers.get("content-type", "")
+        self.retry_after = resp.headers.get("retry-after", "")
 
     async def next_chunk(self) -> bytes:
         # readany() directly, not iter_any(): one coroutine per chunk instead of a chain of
@@ -119,13 +122,14 @@ class AiohttpUpstream:
 
 
 class _HttpxResponse:
-    __slots__ = ("_iter", "_resp", "content_type", "status")
+    __slots__ = ("_iter", "_resp", "content_type", "retry_after", "status")
 
     def __init__(self, resp: httpx.Response) -> None:
         self._resp = resp
         self._iter = resp.aiter_raw()
         self.status = resp.status_code
         self.content_type = resp.headers.get("content-type", "")
+        self.retry_after = resp.headers.get("retry-after", "")
 
     async def next_chunk(self) -> bytes:
         try:

@@ -42,6 +42,7 @@ class Scripted:
 
 class FakeResponse:
     content_type = "application/json"
+    retry_after = ""
 
     def __init__(self, status: int, body: bytes) -> None:
         self.status = status
