@@ -200,11 +200,23 @@ class Gateway:
             except UpstreamFailure as failure:
                 self.outliers.failed(attempt.backend, failure.health)
                 raise
-            self.outliers.succeeded(attempt.backend)
             if first is not None:  # None: the client left before the first byte
                 await self._relay(attempt, first, watch, send)
+                self._passive_verdict(attempt)
         finally:
             await self._cleanup(attempt)
+
+    def _passive_verdict(self, attempt: _Attempt) -> None:
+        """Tell outlier detection how a relayed response went: a stream that broke, stalled
+        or ended without ``[DONE]`` is a failure of its backend, a complete one (or a 4xx,
+        the request's fault) a success; a client leaving says nothing about the backend."""
+        outcome = attempt.outcome
+        if outcome.client_gone:
+            return
+        if attempt.parsed.stream and outcome.status == 200 and not outcome.ok:
+            self.outliers.failed(attempt.backend, outcome.error or "stream broken")
+        else:
+            self.outliers.succeeded(attempt.backend)
 
     # -- accounting -----------------------------------------------------------------------
     def _account(

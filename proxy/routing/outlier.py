@@ -2,7 +2,7 @@
 
 Requests tell the detector how each attempt went. A backend that fails
 ``consecutive_failures`` requests in a row (connect errors, timeouts, streams closed
-early, 5xx other than 503) is ejected for ``base_ejection_s`` times the number of times it
+early or broken after their first byte, 5xx other than 503) is ejected for ``base_ejection_s`` times the number of times it
 was ejected (capped at ``max_ejection_s``), after which the next passing active health
 check returns it. At most ``max_ejection_percent`` of a model's backends are ejected at
 once (at least one may be, as in Envoy), and never the last healthy one: past the cap,

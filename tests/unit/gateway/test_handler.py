@@ -204,3 +204,17 @@ async def test_overload_everywhere_backs_off_and_relays_retry_after() -> None:
     for b in gateway.runtime.fleet.backends.values():
         assert b.healthy and b.passive_failures == 0 and b.overloads == 1
         assert 6 < b.overloaded_until - now <= 7
+
+
+async def test_a_stream_broken_after_its_first_byte_counts_toward_ejection() -> None:
+    truncated = Scripted(body=b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n')
+    gateway, upstream, _ = build([truncated, Scripted(body=STREAM)])
+    await call(gateway, stream=True)
+    [url] = upstream.urls
+    broken = gateway.runtime.fleet.backends[url.split("/")[3]]
+    assert broken.passive_failures == 1
+    assert "without [DONE]" in broken.last_error
+    for other in gateway.runtime.fleet.backends.values():
+        other.healthy = other is broken  # the next request goes there too
+    await call(gateway, stream=True)
+    assert broken.passive_failures == 0  # a complete stream ends the run
