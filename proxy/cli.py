@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from proxy.logs import configure_logging
 from proxy.policy import PolicyError, load_policy
 from proxy.settings import Settings
@@ -22,33 +24,69 @@ def app_from_env() -> object:
     return create_app(Settings.model_validate_json(os.environ[SETTINGS_ENV]))
 
 
+def _startup_problem(settings: Settings) -> str | None:
+    """What would stop the gateway starting, said before anything starts."""
+    from proxy.gateway.auth import KeyRing, KeysError
+    from proxy.policy.credentials import resolve_credentials
+
+    if settings.keys_file is not None:
+        try:
+            KeyRing.load(settings.keys_file)
+        except KeysError as exc:
+            return str(exc)
+    if settings.policy_path is not None:
+        try:
+            policy = load_policy(settings.policy_path)
+            resolve_credentials(policy)
+        except PolicyError as exc:
+            return str(exc)
+        except ValueError as exc:
+            return f"{settings.policy_path}: {exc}"
+    return None
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from proxy.gateway.auth import hash_key, new_key
+
+    key = args.key or new_key()
+    if args.key is None:
+        print(f"key:    {key}")
+    print(f"sha256: {hash_key(key)}")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from proxy.gateway.banner import banner
     from proxy.gateway.server_limits import uvicorn_limits
 
-    settings = Settings.from_env(
-        {
-            "host": args.host,
-            "port": args.port,
-            "policy_path": args.config,
-            "workers": args.workers,
-            "redis_url": args.redis_url,
-            "admin_token": args.admin_token,
-            "upstream_client": args.upstream,
-            "log_level": args.log_level,
-            "log_format": args.log_format,
-            "sim_logs": args.sim_logs or None,
-            "traffic_log_path": args.traffic_log,
-        }
-    )
-    if settings.policy_path is not None:
-        try:
-            load_policy(settings.policy_path)
-        except PolicyError as exc:
-            print(exc, file=sys.stderr)
-            return 2
+    try:
+        settings = Settings.from_env(
+            {
+                "host": args.host,
+                "port": args.port,
+                "policy_path": args.config,
+                "workers": args.workers,
+                "redis_url": args.redis_url,
+                "admin_token": args.admin_token,
+                "upstream_client": args.upstream,
+                "log_level": args.log_level,
+                "log_format": args.log_format,
+                "sim_logs": args.sim_logs or None,
+                "traffic_log_path": args.traffic_log,
+                "keys_file": args.keys_file,
+            }
+        )
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = "".join(f"{p}: " for p in error["loc"])
+            print(f"specroute serve: {where}{error['msg']}", file=sys.stderr)
+        return 2
+    problem = _startup_problem(settings)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     if settings.workers > 1:
         if settings.policy_path is None:
             print(
@@ -73,6 +111,9 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn's lines go through the process's logging (one format, text or JSON).
         "log_config": None,
         "access_log": False,
+        # X-Forwarded-For is judged by the gateway itself, against trusted_proxies only
+        # (uvicorn would believe it from 127.0.0.1 by default).
+        "proxy_headers": False,
         "timeout_graceful_shutdown": 5,
     }
     if settings.workers > 1:
@@ -192,7 +233,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--traffic-log", type=Path, default=None, help="write one JSON line per request here"
     )
+    serve.add_argument(
+        "--keys-file", type=Path, default=None, help="API keys and tenants (default: open)"
+    )
     serve.set_defaults(func=_serve)
+
+    keys = sub.add_parser("keys", help="API keys for the keys file")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    hashed = keys_sub.add_parser(
+        "new", help="a new key and its sha256 (give KEY to hash an existing one)"
+    )
+    hashed.add_argument("key", nargs="?", default=None)
+    hashed.set_defaults(func=_keys)
 
     policy = sub.add_parser("policy", help="policy tools")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)

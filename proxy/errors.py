@@ -39,8 +39,11 @@ class GatewayError(Exception):
         param: str | None = None,
         code: str | None = None,
         type: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__(message)
+        # Response headers the error needs (``Retry-After`` and ``x-ratelimit-*`` of a 429).
+        self.headers = headers or []
         self.status = status
         self.message = message
         self.param = param
@@ -90,23 +93,33 @@ class UpstreamFailure(Exception):
 class UpstreamStatus(UpstreamFailure):
     """The backend answered with a 5xx status."""
 
-    def __init__(self, backend: str, upstream_status: int, body: bytes) -> None:
+    def __init__(
+        self,
+        backend: str,
+        upstream_status: int,
+        body: bytes,
+        passed: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         super().__init__(
             backend, f"backend {backend} answered {upstream_status}", f"HTTP {upstream_status}"
         )
-        # Kept so that, when every attempt gets a 5xx, the client sees the backend's own.
+        # Kept so that, when every attempt gets a 5xx, the client sees the backend's own
+        # status, body and back-off headers (Retry-After of a 503).
         self.upstream_status = upstream_status
         self.body = body
+        self.passed = passed or []
 
 
 class UpstreamOverloaded(UpstreamStatus):
     """The backend answered 429 or 503: busy, not broken (no ejection, a back-off)."""
 
-    def __init__(
-        self, backend: str, upstream_status: int, body: bytes, retry_after: str | None
-    ) -> None:
-        super().__init__(backend, upstream_status, body)
-        self.retry_after = retry_after
+    @property
+    def retry_after(self) -> str | None:
+        """The backend's ``Retry-After`` value, if it sent one."""
+        for name, value in self.passed:
+            if name == b"retry-after":
+                return value.decode("latin-1")
+        return None
 
 
 class UpstreamTimeout(UpstreamFailure):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -58,6 +58,11 @@ TPOT_BUCKETS = (
     0.5,
     1,
 )
+# Severity of a shadow divergence: the reference's logprob gap between its token and the
+# primary's (nats; near ties sit below the policy's epsilon, 0.1 by default) ...
+GAP_BUCKETS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+# ... and how many tokens both produced before it.
+PREFIX_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class GatewayMetrics:
@@ -112,6 +117,33 @@ class GatewayMetrics:
             "specroute_shadow",
             "Shadow verifications by backend, pool, draft version and outcome",
             ["backend", "pool", "draft_version", "outcome"],
+            registry=r,
+        )
+        self.shadow_gap = Histogram(
+            "specroute_shadow_divergence_gap",
+            "Reference logprob gap between its token and the primary's at a divergence",
+            ["backend", "draft_version"],
+            buckets=GAP_BUCKETS,
+            registry=r,
+        )
+        self.shadow_prefix = Histogram(
+            "specroute_shadow_divergence_prefix_tokens",
+            "Tokens both outputs shared before a divergence",
+            ["backend", "draft_version"],
+            buckets=PREFIX_BUCKETS,
+            registry=r,
+        )
+        # Set by the shadow's periodic group judgement (not on the request path).
+        self.shadow_numerics_differ = Gauge(
+            "specroute_shadow_numerics_differ",
+            "1 when a group's near-tie flips exceed the model's noise floor (numerics_differ)",
+            ["backend", "draft_version"],
+            registry=r,
+        )
+        self.shadow_noise_floor = Gauge(
+            "specroute_shadow_noise_floor",
+            "Near-tie flip rate groups are judged against, per model and source (control/prior)",
+            ["model", "source"],
             registry=r,
         )
         self.shadow_dropped = Counter(
@@ -201,7 +233,15 @@ class FleetCollector(Collector):
         self._store = store
 
     def collect(self) -> Iterator[Metric]:
-        fleet = self._fleet
+        yield from self._backend_families()
+        yield from self._outlier_families()
+        yield from self._acceptance_families()
+        yield from self._break_even_families()
+        yield self._store_family()
+        yield from self._spec_decode_families()
+
+    def _backend_families(self) -> Iterator[Metric]:
+        """Per backend: in-flight, health and the load its own metrics reported."""
         inflight = GaugeMetricFamily(
             "specroute_backend_inflight",
             "Open requests per backend (fleet-wide)",
@@ -237,9 +277,7 @@ class FleetCollector(Collector):
             "Draft acceptance over the last scrape window (vLLM counters)",
             labels=["backend", "pool"],
         )
-        totals: dict[tuple[str, str], list[float]] = {}
-        positions: dict[tuple[str, int], float] = {}
-        for b in fleet.backends.values():
+        for b in self._fleet.backends.values():
             labels = [b.name, b.spec.pool]
             inflight.add_metric(labels, b.inflight)
             healthy.add_metric(labels, 1.0 if b.healthy else 0.0)
@@ -249,17 +287,10 @@ class FleetCollector(Collector):
             kv_usage.add_metric(labels, b.kv_usage)
             if b.window_acceptance is not None:
                 window.add_metric(labels, b.window_acceptance)
-            if b.spec_counters is not None:
-                c = b.spec_counters
-                acc = totals.setdefault((b.spec.model, "0"), [0.0, 0.0, 0.0])
-                acc[0] += c.drafts
-                acc[1] += c.draft_tokens
-                acc[2] += c.accepted
-                for pos, value in c.per_position.items():
-                    positions[(b.spec.model, pos)] = positions.get((b.spec.model, pos), 0.0) + value
         yield from (inflight, healthy, quarantined, running, waiting, kv_usage, window)
-        yield from self._outliers(fleet)
 
+    def _acceptance_families(self) -> Iterator[Metric]:
+        """Per backend and prompt class: windowed acceptance and the floor alarm."""
         per_class = GaugeMetricFamily(
             "specroute_acceptance_rate",
             "Windowed per-request acceptance by backend and prompt class",
@@ -278,6 +309,8 @@ class FleetCollector(Collector):
         yield per_class
         yield below
 
+    def _break_even_families(self) -> Iterator[Metric]:
+        """Per speculative pool: the break-even concurrency in force and the learned one."""
         be = GaugeMetricFamily(
             "specroute_break_even_concurrency",
             "Break-even concurrency in force per speculative pool",
@@ -295,13 +328,27 @@ class FleetCollector(Collector):
         yield be
         yield learned
 
+    def _store_family(self) -> Metric:
         health = self._store.health()
         degraded = GaugeMetricFamily(
             "specroute_store_degraded", "1 while the shared store is unreachable", labels=["store"]
         )
         degraded.add_metric([health.backend], 1.0 if health.degraded else 0.0)
-        yield degraded
+        return degraded
 
+    def _spec_decode_families(self) -> Iterator[Metric]:
+        """The backends' vllm:spec_decode_* counters summed per model, as vLLM names them."""
+        totals: dict[tuple[str, str], list[float]] = {}
+        positions: dict[tuple[str, int], float] = {}
+        for b in self._fleet.backends.values():
+            if b.spec_counters is not None:
+                c = b.spec_counters
+                acc = totals.setdefault((b.spec.model, "0"), [0.0, 0.0, 0.0])
+                acc[0] += c.drafts
+                acc[1] += c.draft_tokens
+                acc[2] += c.accepted
+                for pos, value in c.per_position.items():
+                    positions[(b.spec.model, pos)] = positions.get((b.spec.model, pos), 0.0) + value
         names = (
             "vllm:spec_decode_num_drafts",
             "vllm:spec_decode_num_draft_tokens",
@@ -328,8 +375,7 @@ class FleetCollector(Collector):
                 per_pos.add_metric([model, "0", str(pos)], value)
             yield per_pos
 
-    @staticmethod
-    def _outliers(fleet: Fleet) -> Iterator[Metric]:
+    def _outlier_families(self) -> Iterator[Metric]:
         """Passive outlier detection and overload back-off (proxy/routing/outlier.py)."""
         labels = ["backend", "pool"]
         ejected = GaugeMetricFamily(
@@ -350,7 +396,7 @@ class FleetCollector(Collector):
             "specroute_backend_overloads", "429/503 answers taken as overload", labels=labels
         )
         at = time.monotonic()
-        for b in fleet.backends.values():
+        for b in self._fleet.backends.values():
             values = [b.name, b.spec.pool]
             ejected.add_metric(values, 1.0 if b.ejected(at) else 0.0)
             backing_off.add_metric(values, 1.0 if b.overloaded_until > at else 0.0)

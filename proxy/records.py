@@ -17,6 +17,7 @@ class Endpoint(enum.StrEnum):
 
     CHAT = "chat"
     COMPLETIONS = "completions"
+    RESPONSES = "responses"
 
     @property
     def path(self) -> str:
@@ -27,6 +28,7 @@ class Endpoint(enum.StrEnum):
 OPENAI_PATHS: dict[Endpoint, str] = {
     Endpoint.CHAT: "/v1/chat/completions",
     Endpoint.COMPLETIONS: "/v1/completions",
+    Endpoint.RESPONSES: "/v1/responses",
 }
 ENDPOINT_BY_PATH: dict[str, Endpoint] = {path: kind for kind, path in OPENAI_PATHS.items()}
 

@@ -6,14 +6,25 @@ what is here is fixed for the life of the process.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ENV_PREFIX = "SPECROUTE_"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) only accepts this machine's clients."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 class Settings(BaseModel):
@@ -78,6 +89,61 @@ class Settings(BaseModel):
         default=False, description="also append to the store's 'traffic' log (Redis stream)"
     )
     traffic_log_store_maxlen: int = Field(default=100_000, ge=1)
+
+    # The public face: who may call, from which browsers, through which proxies.
+    keys_file: Path | None = Field(
+        default=None,
+        description="API keys and tenants (YAML/JSON); None: open mode, no key needed",
+    )
+    cors_allow_origins: list[str] = Field(
+        default_factory=list, description="origins browsers may call from; empty: CORS off"
+    )
+    cors_allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST", "OPTIONS"])
+    cors_allow_headers: list[str] = Field(
+        default_factory=lambda: ["authorization", "content-type", "x-request-id"]
+    )
+    route_headers: bool = Field(
+        default=True,
+        description="x-specroute-backend/-route on responses (the fleet's layout: turn off "
+        "for public deployments; x-specroute-class stays)",
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="addresses or networks whose X-Forwarded-For names the real client",
+    )
+
+    @field_validator(
+        "cors_allow_origins",
+        "cors_allow_methods",
+        "cors_allow_headers",
+        "trusted_proxies",
+        mode="before",
+    )
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        """``SPECROUTE_CORS_ALLOW_ORIGINS=https://a,https://b`` as well as a list."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            ipaddress.ip_network(entry, strict=False)  # ValueError names the bad entry
+        return value
+
+    @model_validator(mode="after")
+    def _admin_exposure(self) -> Settings:
+        # Without a token the admin API trusts loopback clients; on a public address that
+        # trust is one reverse proxy away from anyone (a same-host proxy is loopback too).
+        if self.admin_token is None and not is_loopback(self.host):
+            raise ValueError(
+                f"refusing to listen on {self.host} without an admin token: the admin API "
+                "(policy changes, quarantines) would trust any client a local proxy "
+                "forwards; set SPECROUTE_ADMIN_TOKEN (or --admin-token), or bind 127.0.0.1"
+            )
+        return self
 
     @classmethod
     def from_env(

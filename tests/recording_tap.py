@@ -18,6 +18,13 @@ class Tap:
         self.responses: dict[str, bytearray] = {}
         self.url = ""
 
+    def for_request(self, client_id: str) -> bytes:
+        """What the backend sent for the client's request ``client_id``: the gateway gives
+        each attempt an id of its own that starts with the client's."""
+        found = [v for k, v in self.responses.items() if k.startswith(client_id + "-")]
+        assert len(found) == 1, f"{len(found)} upstream requests for {client_id}"
+        return bytes(found[0])
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         rid = request.headers.get("x-request-id", "")

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Request
 
 from proxy.errors import GatewayError
 from proxy.gateway.api import runtime_of
+from proxy.gateway.clientaddr import client_host
 from proxy.gateway.request import parse_request
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
@@ -38,7 +39,7 @@ def require_admin(request: Request) -> None:
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             raise GatewayError(401, "admin token missing or wrong", code="invalid_admin_token")
         return
-    client = request.client.host if request.client else ""
+    client = client_host(request.scope, request.app.state.trusted_proxies) or ""
     if client not in LOOPBACK:
         raise GatewayError(
             403,

@@ -1,4 +1,4 @@
-"""Public endpoints besides the two relayed ones: models, liveness, readiness, metrics."""
+"""Operations endpoints: liveness, readiness, metrics (the models are in passthrough.py)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,6 @@ def runtime_of(request: Request) -> Runtime:
 
 def public_router() -> APIRouter:
     router = APIRouter()
-
-    @router.get("/v1/models")
-    async def list_models(request: Request) -> OrjsonResponse:
-        """The union of the models that healthy backends serve (OpenAI list shape)."""
-        runtime = runtime_of(request)
-        created = int(request.app.state.started_at)
-        data = [
-            {"id": model, "object": "model", "created": created, "owned_by": "specroute"}
-            for model in runtime.fleet.healthy_models()
-        ]
-        return OrjsonResponse({"object": "list", "data": data})
 
     @router.get("/health")
     async def health() -> OrjsonResponse:

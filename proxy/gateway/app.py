@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -14,18 +15,24 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp
 
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
+from proxy.gateway.admin_review import review_router
 from proxy.gateway.api import public_router
+from proxy.gateway.clientaddr import trusted_networks
 from proxy.gateway.compose import Components, compose
 from proxy.gateway.console import install_console
+from proxy.gateway.front import build_door, cors, validating_credentials
 from proxy.gateway.handler import Gateway
+from proxy.gateway.passthrough import Passthrough, passthrough_router
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import CallbackGauge, CanaryCollector, FleetCollector, GatewayMetrics
 from proxy.policy import load_policy
+from proxy.policy.credentials import BackendCredentials
 from proxy.policy.manager import PolicyManager, PolicyVersion
 from proxy.records import ENDPOINT_BY_PATH
 from proxy.routing.scrape import Scraper
@@ -103,11 +110,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics = GatewayMetrics()
     upstream = make_upstream(settings)
     control = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=settings.connect_timeout_s))
-    parts = compose(settings, initial.policy, store, metrics, upstream, control)
+    door = build_door(settings, metrics, settings.redis_url or initial.policy.store.redis_url)
+    credentials = BackendCredentials(initial.policy)
+    parts = compose(settings, initial.policy, store, metrics, upstream, control, door, credentials)
     runtime, shadow, canary = parts.runtime, parts.shadow, parts.canary
-    manager = PolicyManager(
-        initial, runtime.apply_policy, runtime.validate_policy, store, settings.policy_path
-    )
+    passthrough = Passthrough(settings, runtime.fleet, door, credentials)
+    # The backends' keys are checked where the policy is applied, not in offline checks
+    # (`policy validate`, `specroute check`), which may run where the secrets are not.
+    validate = validating_credentials(runtime.validate_policy)
+    manager = PolicyManager(initial, runtime.apply_policy, validate, store, settings.policy_path)
     scraper = Scraper(
         lambda: runtime.fleet,
         control,
@@ -117,14 +128,17 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     _add_collectors(metrics, parts)
     app.state.canary = canary
     app.state.shadow = shadow
+    app.state.review = parts.review
     app.state.runtime = runtime
     app.state.gateway = parts.gateway
     app.state.recent_requests = parts.recent
     app.state.policy_manager = manager
     app.state.control_client = control
+    app.state.passthrough = passthrough
     tasks: list[asyncio.Task[Any]] = []
     await store.start()
     await upstream.start()
+    await door.start()
     for hook in app.state.startup_hooks:
         await hook(app)
     # Start-up garbage (imports, the policy, plugins) is moved out of the collector's view:
@@ -146,15 +160,23 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await upstream.close()
+        await passthrough.aclose()
+        await door.close()
         await control.aclose()
         await store.close()
         if app.state.embedded is not None:
             await app.state.embedded.stop()
 
 
+def _request_id(request: Request) -> str:
+    return request.headers.get("x-request-id") or os.urandom(16).hex()
+
+
 async def _gateway_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, GatewayError)
-    return OrjsonResponse(exc.payload(), status_code=exc.status)
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in exc.headers}
+    headers.setdefault("x-request-id", _request_id(request))
+    return OrjsonResponse(exc.payload(), status_code=exc.status, headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> OrjsonResponse:
@@ -167,8 +189,14 @@ async def _validation_error(request: Request, exc: Exception) -> OrjsonResponse:
 
 async def _http_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, HTTPException)
-    err = GatewayError(exc.status_code, str(exc.detail))
-    return OrjsonResponse(err.payload(), status_code=exc.status_code)
+    if exc.status_code == 404:
+        # OpenAI's answer to a path it does not serve.
+        message = f"Invalid URL ({request.method} {request.url.path})"
+        err = GatewayError(404, message, code="unknown_url", type="invalid_request_error")
+    else:
+        err = GatewayError(exc.status_code, str(exc.detail))
+    headers = {"x-request-id": _request_id(request)}
+    return OrjsonResponse(err.payload(), status_code=exc.status_code, headers=headers)
 
 
 StartupHook = Callable[[FastAPI], Awaitable[None]]
@@ -178,9 +206,18 @@ class GatewayApp(FastAPI):
     """FastAPI for the control plane; the relayed endpoints are dispatched before FastAPI's
     middleware stack (~30-40 us per request measured), straight to the request path, which
     also answers their other methods (405). They have no FastAPI route: one way in, and no
-    OpenAPI entry for endpoints whose schema is OpenAI's."""
+    OpenAPI entry for endpoints whose schema is OpenAI's. ``front`` (CORS, when configured)
+    wraps both."""
+
+    front: ASGIApp | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.front is not None and scope["type"] == "http":
+            await self.front(scope, receive, send)
+        else:
+            await self.dispatch(scope, receive, send)
+
+    async def dispatch(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             kind = ENDPOINT_BY_PATH.get(scope["path"])
             gateway: Gateway | None = getattr(self.state, "gateway", None)
@@ -206,8 +243,12 @@ def create_app(
     app.state.startup_hooks = list(startup_hooks or [])
     app.state.started_at = time.time()
     app.include_router(public_router())
+    app.include_router(passthrough_router())
     app.include_router(admin_router())
+    app.include_router(review_router())
     install_console(app)
+    app.state.trusted_proxies = trusted_networks(settings.trusted_proxies)
+    app.front = cors(settings, app.dispatch)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)

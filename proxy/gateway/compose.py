@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from proxy.gateway.auth import FrontDoor
 from proxy.gateway.console import RecentRequests
 from proxy.gateway.handler import Gateway
 from proxy.gateway.runtime import Runtime
@@ -19,6 +20,7 @@ from proxy.gateway.traffic_log import TrafficLog, traffic_log
 from proxy.gateway.upstream import UpstreamClient
 from proxy.metrics import GatewayMetrics
 from proxy.policy import Policy
+from proxy.policy.credentials import BackendCredentials
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import Fleet
@@ -27,6 +29,7 @@ from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
 from proxy.verify.canary import CanaryController
+from proxy.verify.review import ReviewBook
 from proxy.verify.shadow import ShadowVerifier
 
 
@@ -38,6 +41,7 @@ class Components:
     shadow: ShadowVerifier
     canary: CanaryController
     recent: RecentRequests
+    review: ReviewBook  # shadow mismatches read and labelled by people
     # The traffic log when the settings ask for one (none by default).
     traffic: tuple[TrafficLog, ...]
 
@@ -49,6 +53,8 @@ def compose(
     metrics: GatewayMetrics,
     upstream: UpstreamClient,
     control: httpx.AsyncClient,
+    door: FrontDoor,
+    credentials: BackendCredentials,
 ) -> Components:
     fleet = Fleet(policy)
     acceptance = AcceptanceTracker(policy.acceptance)
@@ -56,16 +62,33 @@ def compose(
     canary = CanaryController(store)
     canary.on_policy(policy)
     shadow = ShadowVerifier(
-        fleet, store, control, metrics, rates=canary, verdict_listeners=(canary,)
+        fleet,
+        store,
+        control,
+        metrics,
+        rates=canary,
+        verdict_listeners=(canary,),
+        group_listeners=(canary,),
+        credentials=credentials,
     )
     shadow.on_policy(policy)
     scheduler = Scheduler(policy, fleet, acceptance, break_even, canary)
     runtime = Runtime(
-        policy, store, metrics, fleet, acceptance, break_even, scheduler, (shadow, canary)
+        policy,
+        store,
+        metrics,
+        fleet,
+        acceptance,
+        break_even,
+        scheduler,
+        (shadow, canary, credentials),
     )
     observer = Observer(store, fleet, acceptance, break_even, metrics)
     recent = RecentRequests()  # the console's rows
     traffic = tuple(traffic_log(settings, store, metrics.registry))
     listeners: tuple[OutcomeListener, ...] = (observer, shadow, canary, recent, *traffic)
-    gateway = Gateway(settings, runtime, upstream, listeners=listeners, sampler=shadow)
-    return Components(runtime, gateway, observer, shadow, canary, recent, traffic)
+    gateway = Gateway(
+        settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
+    )
+    review = ReviewBook(store)
+    return Components(runtime, gateway, observer, shadow, canary, recent, review, traffic)

@@ -26,13 +26,21 @@ from proxy.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from proxy.gateway.auth import Admission, FrontDoor
 from proxy.gateway.relay import Message, Receive, Send, StreamRelay, absorb_usage, capture_text
-from proxy.gateway.request import parse_request, read_body, with_usage
+from proxy.gateway.request import (
+    estimate_prompt_tokens,
+    parse_request,
+    read_body,
+    requested_output_tokens,
+    with_usage,
+)
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import OutcomeListener, OutputSampler
 from proxy.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from proxy.gateway.watch import Interruption, Watch
 from proxy.metrics import GatewayMetrics
+from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.fleet import BackendState
 from proxy.routing.outlier import OutlierConfig, OutlierDetector, parse_retry_after
@@ -41,6 +49,22 @@ from proxy.settings import Settings
 from proxy.store import Store
 
 STICKY_HEADERS = (b"x-specroute-session", b"x-session-id", b"x-user-id")
+# W3C trace context: follows the request to the backend.
+TRACE_HEADERS = (b"traceparent", b"tracestate")
+RETRY_SOON = (b"retry-after", b"1")
+
+
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """What the request carries of its caller besides the body, for every attempt."""
+
+    # traceparent / tracestate, forwarded as they came.
+    trace: tuple[tuple[str, str], ...] = ()
+    # The caller's own Authorization, forwarded only by an open gateway to a backend
+    # without a key of its own (a gateway with API keys never forwards its callers').
+    authorization: str | None = None
+    # The tenant's x-ratelimit-* headers, for the response.
+    quota: tuple[tuple[bytes, bytes], ...] = ()
 
 
 @dataclass(slots=True)
@@ -54,6 +78,7 @@ class _Attempt:
     outcome: Outcome
     # The prompt's prefill estimate still counted on the backend (0 once the first byte came).
     prefill: int
+    caller: _Caller = _Caller()
     upstream: UpstreamResponse | None = None
     route: Route | None = None
 
@@ -100,6 +125,8 @@ class Gateway:
         settings: Settings,
         runtime: Runtime,
         upstream: UpstreamClient,
+        door: FrontDoor,
+        credentials: BackendCredentials,
         *,
         listeners: Sequence[OutcomeListener] = (),
         sampler: OutputSampler | None = None,
@@ -112,6 +139,8 @@ class Gateway:
         # The same object across policy swaps (they rebuild its plugins in place).
         self.scheduler: Scheduler = runtime.scheduler
         self.upstream = upstream
+        self.door = door
+        self.credentials = credentials
         self.listeners = tuple(listeners)
         self.sampler = sampler
         self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
@@ -120,9 +149,12 @@ class Gateway:
         # os.urandom, not uuid4: the same 128 random bits at a tenth of the cost.
         request_id = _header(scope, b"x-request-id") or os.urandom(16).hex()
         rid = request_id.encode("latin-1")
+        admission: Admission | None = None
+        served: _Attempt | None = None
         try:
             if scope.get("method") != "POST":
                 raise GatewayError(405, f"{scope.get('method')} is not allowed here; use POST")
+            tenant = self.door.authenticate(_header(scope, b"authorization"))
             raw = await read_body(receive, self.settings.max_body_bytes)
             parsed = parse_request(kind, raw)
             if parsed.model not in self.runtime.models:
@@ -132,27 +164,62 @@ class Gateway:
                     param="model",
                     code="model_not_found",
                 )
-            classification = self.runtime.classify(parsed, _header(scope, b"x-specroute-class"))
-            sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
-            if sticky is None and isinstance(parsed.body.get("user"), str):
-                sticky = parsed.body["user"]
-            info = RequestInfo(
-                parsed.model, classification.label, parsed.greedy, sticky, request_id
-            )
+            info = self._request_info(parsed, scope, request_id)
+            reserve = estimate_prompt_tokens(raw) + requested_output_tokens(parsed.body)
+            admission = await self.door.admit(tenant, parsed.model, reserve, request_id)
+            caller = self._caller(scope, admission)
             watch = Watch(receive)
             try:
-                await self._attempts(parsed, info, watch, send, rid)
+                served = await self._attempts(parsed, info, caller, watch, send, rid)
             finally:
                 watch.close()
         except GatewayError as err:
             self.metrics.errors.labels(str(err.status), str(err.payload()["error"]["code"])).inc()
-            await send_json(send, err.status, err.body(), [(b"x-request-id", rid)])
+            headers = [(b"x-request-id", rid), *err.headers]
+            await send_json(send, err.status, err.body(), headers)
+        finally:
+            if admission is not None:
+                await self._settle(admission, kind, served)
+
+    def _request_info(self, parsed: ParsedRequest, scope: Message, request_id: str) -> RequestInfo:
+        classification = self.runtime.classify(parsed, _header(scope, b"x-specroute-class"))
+        sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
+        if sticky is None and isinstance(parsed.body.get("user"), str):
+            sticky = parsed.body["user"]
+        return RequestInfo(parsed.model, classification.label, parsed.greedy, sticky, request_id)
+
+    def _caller(self, scope: Message, admission: Admission | None) -> _Caller:
+        trace = tuple(
+            (name.decode(), value) for name in TRACE_HEADERS if (value := _header(scope, name))
+        )
+        forwarded = _header(scope, b"authorization") if self.door.open else None
+        quota = tuple(admission.headers) if admission is not None else ()
+        return _Caller(trace, forwarded, quota)
+
+    async def _settle(self, admission: Admission, kind: Endpoint, served: _Attempt | None) -> None:
+        """The tenant's reservation settled against what the served attempt reported."""
+        outcome = served.outcome if served is not None else None
+        await admission.close(
+            endpoint=kind.value,
+            label=served.decision.request.label if served else "",
+            pool=outcome.pool if outcome else "",
+            ok=bool(outcome and outcome.ok),
+            prompt_tokens=outcome.prompt_tokens if outcome else None,
+            completion_tokens=outcome.completion_tokens if outcome else None,
+        )
 
     # -- retry decision -------------------------------------------------------------------
     async def _attempts(
-        self, parsed: ParsedRequest, info: RequestInfo, watch: Watch, send: Send, rid: bytes
-    ) -> None:
-        """Try backends in the scheduler's order until one sends a first byte."""
+        self,
+        parsed: ParsedRequest,
+        info: RequestInfo,
+        caller: _Caller,
+        watch: Watch,
+        send: Send,
+        rid: bytes,
+    ) -> _Attempt | None:
+        """Try backends in the scheduler's order until one sends a first byte; the attempt
+        that served the request (``None``: every backend failed)."""
         tried: set[str] = set()
         last: UpstreamFailure | None = None
         for number in range(1, self.settings.max_attempts + 1):
@@ -164,27 +231,27 @@ class Gateway:
                 break
             backend = chosen.backend
             tried.add(backend.name)
-            attempt = self._account(parsed, decision, backend, rid, number)
+            attempt = self._account(parsed, decision, backend, rid, number, caller)
             try:
                 await self._try(attempt, watch, send)
-                return
+                return attempt
             except UpstreamFailure as failure:
                 last = failure
             self.metrics.retries.labels(backend.name, last.code).inc()
         if isinstance(last, UpstreamStatus):
-            # Every attempt got a 5xx (or 429): the client sees the backend's own status and
-            # message, and its Retry-After if it sent one.
-            headers = [(b"x-request-id", rid)]
-            if isinstance(last, UpstreamOverloaded) and last.retry_after:
-                headers.append((b"retry-after", last.retry_after.encode("latin-1")))
+            # Every attempt got a 5xx (or 429): the client sees the backend's own status,
+            # message and back-off headers.
+            headers = [(b"x-request-id", rid), *last.passed]
             await send_json(send, last.upstream_status, last.body, headers)
-            return
+            return None
         if last is not None:
             raise last.error()
         raise GatewayError(
             503,
             f"no healthy backend can serve model `{parsed.model}` right now",
             code="no_healthy_backend",
+            # Health is re-checked every scrape interval: a retry in a second may find one.
+            headers=[RETRY_SOON],
         )
 
     async def _try(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
@@ -226,15 +293,13 @@ class Gateway:
         backend: BackendState,
         rid: bytes,
         number: int,
+        caller: _Caller,
     ) -> _Attempt:
         """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
-        # (the load scorer counts it). Estimated as body bytes / 4: the gateway has no
-        # tokenizer (and must not spend one on the request path), ~4 bytes per token is
-        # English text in a BPE vocabulary, and the scorer only needs sizes relative to each
-        # other (the JSON framing of a short chat turn is noise next to a long prompt).
-        prefill = len(parsed.raw) // 4
+        # (the load scorer counts it; sizes relative to each other are what it needs).
+        prefill = estimate_prompt_tokens(parsed.raw)
         backend.prefill_pending += prefill
         outcome = Outcome(
             backend=backend.name,
@@ -246,9 +311,11 @@ class Gateway:
             attempts=number,
         )
         sampler = self.sampler
-        if parsed.greedy and parsed.n == 1 and sampler and sampler.should_capture(backend):
+        # Responses API outputs are not replayed (the comparison reads chat/completions).
+        comparable = parsed.kind is not Endpoint.RESPONSES and parsed.greedy and parsed.n == 1
+        if comparable and sampler and sampler.should_capture(backend):
             outcome.text = []  # this output will be replayed and compared: capture it
-        return _Attempt(parsed, decision, backend, rid, outcome, prefill)
+        return _Attempt(parsed, decision, backend, rid, outcome, prefill, caller)
 
     def _first_byte_came(self, attempt: _Attempt) -> None:
         # The first byte (a streamed response's first chunk, or the whole of a unary one) or
@@ -276,10 +343,7 @@ class Gateway:
         """Send the request and wait for its first byte (``None``: the client left first)."""
         parsed, backend, outcome = attempt.parsed, attempt.backend, attempt.outcome
         body = with_usage(parsed) if attempt.strip_usage else parsed.raw
-        headers = {
-            "content-type": "application/json",
-            "x-request-id": attempt.rid.decode("latin-1"),
-        }
+        headers = self._upstream_headers(attempt)
         timeout = self.settings.first_byte_timeout_s
         try:
             async with asyncio.timeout(timeout):
@@ -288,10 +352,11 @@ class Gateway:
                 attempt.upstream = upstream
                 outcome.status = upstream.status
                 if upstream.status in (429, 503):
-                    body, after = await upstream.read(), upstream.retry_after
-                    raise UpstreamOverloaded(backend.name, upstream.status, body, after)
+                    body = await upstream.read()
+                    raise UpstreamOverloaded(backend.name, upstream.status, body, upstream.passed)
                 if upstream.status >= 500:
-                    raise UpstreamStatus(backend.name, upstream.status, await upstream.read())
+                    body = await upstream.read()
+                    raise UpstreamStatus(backend.name, upstream.status, body, upstream.passed)
                 streamed = parsed.stream and upstream.status == 200
                 first = await (upstream.next_chunk() if streamed else upstream.read())
         except asyncio.CancelledError:
@@ -314,6 +379,22 @@ class Gateway:
             raise UpstreamClosedEarly(backend.name, message, "closed before first byte")
         return first
 
+    def _upstream_headers(self, attempt: _Attempt) -> dict[str, str]:
+        caller = attempt.caller
+        headers = {
+            "content-type": "application/json",
+            # Unique per attempt: clients may reuse their id for concurrent requests, and
+            # vLLM refuses an id that is already running. The client's id leads, for logs.
+            "x-request-id": f"{attempt.rid.decode('latin-1')}-{os.urandom(4).hex()}",
+            **dict(caller.trace),
+        }
+        auth = self.credentials.for_backend(attempt.backend.name)
+        if auth.headers:
+            headers.update(auth.headers)
+        elif caller.authorization is not None:
+            headers["authorization"] = caller.authorization
+        return headers
+
     # -- relay ----------------------------------------------------------------------------
     async def _relay(self, attempt: _Attempt, first: bytes, watch: Watch, send: Send) -> None:
         upstream, outcome = attempt.upstream, attempt.outcome
@@ -331,6 +412,8 @@ class Gateway:
                 outcome,
                 idle_timeout_s=self.settings.idle_timeout_s,
                 strip_usage=attempt.strip_usage,
+                kind=attempt.parsed.kind,
+                request_id=attempt.rid.decode("latin-1"),
             )
             outcome.usage_forwarded = not attempt.strip_usage
             await relay.run(first)
@@ -369,12 +452,24 @@ class Gateway:
         route = attempt.route = self._route(attempt)
         label = route.request.label
         self.metrics.decisions.labels(route.pool, route.reason.kind, label).inc()
-        text = f"pool={route.pool}; backend={route.backend}; reason={route.reason.text}"
-        return [
+        headers = [
             (b"content-type", (content_type or "application/json").encode("latin-1")),
             (b"cache-control", b"no-cache"),
             (b"x-request-id", attempt.rid),
-            (b"x-specroute-backend", route.backend.encode("latin-1")),
             (b"x-specroute-class", label.encode("latin-1")),
-            (b"x-specroute-route", text.encode("ascii", "replace")),
         ]
+        if self.settings.route_headers:
+            text = f"pool={route.pool}; backend={route.backend}; reason={route.reason.text}"
+            headers.append((b"x-specroute-backend", route.backend.encode("latin-1")))
+            headers.append((b"x-specroute-route", text.encode("ascii", "replace")))
+        quota = attempt.caller.quota
+        upstream = attempt.upstream
+        if upstream is not None and upstream.passed:
+            # The backend's back-off signals; its x-ratelimit-* yield to the tenant's own.
+            headers += [
+                (name, value)
+                for name, value in upstream.passed
+                if not (quota and name.startswith(b"x-ratelimit-"))
+            ]
+        headers += quota
+        return headers

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -26,7 +27,9 @@ import orjson
 from proxy.errors import GatewayError
 from proxy.gateway.upstream import UpstreamError, UpstreamResponse
 from proxy.gateway.watch import Interruption, Watch
-from proxy.records import Outcome
+from proxy.records import Endpoint, Outcome
+
+log = logging.getLogger("specroute.relay")
 
 Message = MutableMapping[str, Any]
 Send = Callable[[Message], Awaitable[None]]
@@ -47,11 +50,18 @@ def spec_metrics(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def absorb_usage(outcome: Outcome, obj: dict[str, Any]) -> None:
-    usage = obj.get("usage")
+    # The Responses API nests the finished response (and its usage, named input_tokens
+    # and output_tokens) in its response.completed event; unary, it is the object itself.
+    nested = obj.get("response")
+    holder = nested if isinstance(nested, dict) else obj
+    usage = holder.get("usage")
     if isinstance(usage, dict):
-        outcome.prompt_tokens = usage.get("prompt_tokens", outcome.prompt_tokens)
-        outcome.completion_tokens = usage.get("completion_tokens", outcome.completion_tokens)
-    found = spec_metrics(obj)
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        completion = usage.get("completion_tokens", usage.get("output_tokens"))
+        outcome.prompt_tokens = prompt if prompt is not None else outcome.prompt_tokens
+        if completion is not None:
+            outcome.completion_tokens = completion
+    found = spec_metrics(holder)
     if found is not None:
         outcome.spec = found
 
@@ -69,8 +79,35 @@ def capture_text(outcome: Outcome, obj: dict[str, Any]) -> None:
             outcome.text.append(message["content"])
 
 
-class _Cancelled(Exception):
-    """Why the relay task was cancelled from outside: client gone or upstream idle."""
+# What a client reads when a started stream fails: a stable sentence per cause. The
+# details (backend, exception) go to the log under the request id, not to end users.
+PUBLIC_STREAM_ERRORS = {
+    "upstream_idle_timeout": "The model server stopped sending the response.",
+    "upstream_stream_broken": "The connection to the model server broke during the response.",
+    "upstream_stream_truncated": "The model server ended the response before it was complete.",
+}
+# The events that end a Responses API stream (it sends no ``data: [DONE]``).
+_RESPONSES_END = (
+    b"event: response.completed",
+    b"event: response.failed",
+    b"event: response.incomplete",
+)
+
+
+def _data_of(event: bytes) -> bytes:
+    """The data of one SSE event (after its ``event:`` line, in the Responses API)."""
+    if event.startswith(b"data: "):
+        return event[6:]
+    at = event.find(b"\ndata: ")
+    return event[at + 7 :] if at >= 0 else b""
+
+
+def stream_error_event(kind: Endpoint, error: GatewayError) -> bytes:
+    """How a started stream of ``kind`` ends on an error, in that API's own framing."""
+    if kind is Endpoint.RESPONSES:
+        payload = {"type": "error", "code": error.code, "message": error.message, "param": None}
+        return b"event: error\ndata: " + orjson.dumps(payload) + _EVENT_END
+    return error.sse_event() + DONE
 
 
 class StreamRelay:
@@ -85,6 +122,8 @@ class StreamRelay:
         *,
         idle_timeout_s: float,
         strip_usage: bool,
+        kind: Endpoint = Endpoint.CHAT,
+        request_id: str = "",
     ) -> None:
         self._send = send
         self._watch = watch
@@ -92,6 +131,8 @@ class StreamRelay:
         self._outcome = outcome
         self._idle_timeout = idle_timeout_s
         self._strip_usage = strip_usage
+        self._kind = kind
+        self._request_id = request_id
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
@@ -122,10 +163,10 @@ class StreamRelay:
                 outcome.error = "client disconnected"
             else:
                 outcome.error = f"upstream idle for more than {self._idle_timeout:g}s"
-                await self._fail(GatewayError(504, outcome.error, code="upstream_idle_timeout"))
+                await self._fail(504, "upstream_idle_timeout")
         except UpstreamError as exc:
             outcome.error = f"backend {outcome.backend} broke the stream: {exc.detail}"
-            await self._fail(GatewayError(502, outcome.error, code="upstream_stream_broken"))
+            await self._fail(502, "upstream_stream_broken")
         finally:
             self._watch.close()
             if self._timer is not None:
@@ -143,6 +184,7 @@ class StreamRelay:
         outcome = self._outcome
         strip = self._strip_usage
         inspect_all = outcome.text is not None
+        responses = self._kind is Endpoint.RESPONSES
         pending = b""
         saw_done = False
         while True:
@@ -160,7 +202,7 @@ class StreamRelay:
                 if inspect_all or b'"usage"' in data:
                     data = self._inspect(data, strip)
                 outcome.events += data.count(_EVENT_END)
-                if data.endswith(DONE):
+                if data.endswith(DONE) or (responses and any(e in data for e in _RESPONSES_END)):
                     saw_done = True
                 if data:
                     await send({"type": "http.response.body", "body": data, "more_body": True})
@@ -172,8 +214,8 @@ class StreamRelay:
             outcome.ok = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        outcome.error = f"backend {outcome.backend} ended the stream without [DONE]"
-        await self._fail(GatewayError(502, outcome.error, code="upstream_stream_truncated"))
+        outcome.error = f"backend {outcome.backend} ended the stream before its last event"
+        await self._fail(502, "upstream_stream_truncated")
 
     def _inspect(self, data: bytes, strip: bool) -> bytes:
         """Parse the events of ``data`` that matter; drop the usage event if injected."""
@@ -186,7 +228,7 @@ class StreamRelay:
                 # One read can carry dozens of events; parse only the one with usage.
                 kept.append(event)
                 continue
-            payload = event[6:] if event.startswith(b"data: ") else b""
+            payload = _data_of(event)
             if not payload or payload == b"[DONE]" or payload[:1] != b"{":
                 kept.append(event)
                 continue
@@ -195,7 +237,7 @@ class StreamRelay:
             except orjson.JSONDecodeError:
                 kept.append(event)
                 continue
-            if obj.get("usage"):
+            if b'"usage"' in event:
                 absorb_usage(outcome, obj)
             capture_text(outcome, obj)
             if strip and obj.get("usage") and not obj.get("choices"):
@@ -206,10 +248,15 @@ class StreamRelay:
             return data
         return b"".join(event + _EVENT_END for event in kept)
 
-    async def _fail(self, error: GatewayError) -> None:
-        """End a started stream visibly: an OpenAI error event, then a clean end."""
-        self._outcome.ok = False
+    async def _fail(self, status: int, code: str) -> None:
+        """End a started stream visibly: an error event in the API's framing (a stable
+        message and code; the details logged under the request id), then a clean end."""
+        outcome = self._outcome
+        outcome.ok = False
+        log.warning("request %s: %s", self._request_id or "-", outcome.error)
+        message = PUBLIC_STREAM_ERRORS[code]
+        if self._request_id:
+            message += f" (request id {self._request_id})"
+        event = stream_error_event(self._kind, GatewayError(status, message, code=code))
         with contextlib.suppress(OSError):
-            await self._send(
-                {"type": "http.response.body", "body": error.sse_event() + DONE, "more_body": False}
-            )
+            await self._send({"type": "http.response.body", "body": event, "more_body": False})

@@ -18,6 +18,17 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 
 
+def estimate_prompt_tokens(raw: bytes) -> int:
+    """A request's prompt tokens, estimated from its body: ~4 bytes per token.
+
+    The gateway has no tokenizer (and must not spend one on the request path); ~4 bytes
+    per token is English text in a BPE vocabulary, and the uses (the load scorer's pending
+    prefill, a tenant's token reservation, settled later from the real usage) need sizes,
+    not exact counts (the JSON framing of a short chat turn is noise next to a long prompt).
+    """
+    return len(raw) // 4
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     """The whole request body, refusing (413) as soon as it passes ``limit`` bytes."""
     chunks: list[bytes] = []
@@ -66,7 +77,9 @@ def parse_request(kind: Endpoint, raw: bytes) -> ParsedRequest:
     if not isinstance(body, dict):
         raise GatewayError(400, "request body must be a JSON object", code="invalid_json")
     model = _require(body, "model", (str,), "a string")
-    if kind == Endpoint.CHAT:
+    if kind == Endpoint.RESPONSES:
+        _require(body, "input", (str, list), "a string or an array of input items")
+    elif kind == Endpoint.CHAT:
         messages = _require(body, "messages", (list,), "an array of messages")
         if not messages:
             raise GatewayError(
@@ -85,7 +98,8 @@ def parse_request(kind: Endpoint, raw: bytes) -> ParsedRequest:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise GatewayError(400, "'stream_options' must be an object", param="stream_options")
-    include_usage = bool(options and options.get("include_usage"))
+    # The Responses API reports usage in its final event whatever the request says.
+    include_usage = kind == Endpoint.RESPONSES or bool(options and options.get("include_usage"))
     n = body.get("n", 1)
     if n is None:
         n = 1
@@ -101,6 +115,36 @@ def parse_request(kind: Endpoint, raw: bytes) -> ParsedRequest:
     # OpenAI's default temperature is 1; greedy means asked for explicitly (0 or top_k 1).
     greedy = temperature == 0 or body.get("top_k") == 1
     return ParsedRequest(kind, body, raw, model, stream, include_usage, greedy, n)
+
+
+def requested_output_tokens(body: dict[str, Any]) -> int:
+    """The most output tokens a request asked for (0: it set no limit)."""
+    for field in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = body.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def responses_as_messages(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API body as the chat-shaped view the classifier reads: ``instructions``
+    as the system message, ``input`` (a string, or items with a role and content, or tool
+    outputs) as the conversation."""
+    messages: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        messages.append({"role": "system", "content": body["instructions"]})
+    given = body.get("input")
+    if isinstance(given, str):
+        messages.append({"role": "user", "content": given})
+    elif isinstance(given, list):
+        for item in given:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "function_call_output":
+                messages.append({"role": "tool", "content": item.get("output")})
+            elif isinstance(item.get("role"), str):
+                messages.append({"role": item["role"], "content": item.get("content")})
+    return {"messages": messages, "tools": body.get("tools")}
 
 
 def with_usage(parsed: ParsedRequest) -> bytes:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.errors import GatewayError
+from proxy.gateway.request import responses_as_messages
 from proxy.gateway.seams import PolicyListener
 from proxy.metrics import GatewayMetrics
 from proxy.policy import Policy
-from proxy.records import ParsedRequest
+from proxy.records import Endpoint, ParsedRequest
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.classify import Classification, Classifier
@@ -69,8 +70,12 @@ class Runtime:
 
     def classify(self, parsed: ParsedRequest, override: str | None) -> Classification:
         """The request's class; an unknown ``x-specroute-class`` override is the client's error."""
+        # The Responses API's prompt is its input and instructions: read as chat messages.
+        body = (
+            responses_as_messages(parsed.body) if parsed.kind is Endpoint.RESPONSES else parsed.body
+        )
         try:
-            return self.classifier.classify(parsed.body, override)
+            return self.classifier.classify(body, override)
         except ValueError as exc:
             raise GatewayError(
                 400, str(exc), param="x-specroute-class", code="invalid_class"

@@ -11,7 +11,7 @@ shadow replays) and as the alternative hop.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import aiohttp
@@ -29,11 +29,25 @@ class UpstreamError(Exception):
         self.detail = detail
 
 
+# Response headers of a backend that reach the client: its back-off signals.
+_PASSED = frozenset({b"retry-after", b"retry-after-ms"})
+
+
+def passed_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` and ``x-ratelimit-*`` of a backend's answer (names lower-cased)."""
+    kept = []
+    for name, value in raw:
+        lower = name.lower()
+        if lower in _PASSED or lower.startswith(b"x-ratelimit-"):
+            kept.append((lower, value))
+    return kept
+
+
 class UpstreamResponse(Protocol):
     status: int
     content_type: str
-    # The backend's Retry-After header ("" if none): read on 429/503 answers.
-    retry_after: str
+    # The backend's back-off headers (``passed_headers``), for the client.
+    passed: list[tuple[bytes, bytes]]
 
     async def next_chunk(self) -> bytes:
         """The next body bytes as they arrived (no re-framing); ``b""`` at the end."""
@@ -56,14 +70,14 @@ class UpstreamClient(Protocol):
 
 
 class _AiohttpResponse:
-    __slots__ = ("_content", "_resp", "content_type", "retry_after", "status")
+    __slots__ = ("_content", "_resp", "content_type", "passed", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse) -> None:
         self._resp = resp
         self._content = resp.content
         self.status = resp.status
         self.content_type = resp.headers.get("content-type", "")
-        self.retry_after = resp.headers.get("retry-after", "")
+        self.passed = passed_headers(resp.raw_headers)
 
     async def next_chunk(self) -> bytes:
         # readany() directly, not iter_any(): one coroutine per chunk instead of a chain of
@@ -122,14 +136,14 @@ class AiohttpUpstream:
 
 
 class _HttpxResponse:
-    __slots__ = ("_iter", "_resp", "content_type", "retry_after", "status")
+    __slots__ = ("_iter", "_resp", "content_type", "passed", "status")
 
     def __init__(self, resp: httpx.Response) -> None:
         self._resp = resp
         self._iter = resp.aiter_raw()
         self.status = resp.status_code
         self.content_type = resp.headers.get("content-type", "")
-        self.retry_after = resp.headers.get("retry-after", "")
+        self.passed = passed_headers(resp.headers.raw)
 
     async def next_chunk(self) -> bytes:
         try:

@@ -8,6 +8,7 @@ document and the reason.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from proxy.policy.canary import CanaryConfig
 from proxy.policy.shadow import ShadowConfig
 from proxy.routing.classify import ClassifierConfig
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Headers of the upstream request the gateway owns.
+_OWN_HEADERS = frozenset(
+    {"authorization", "content-type", "content-length", "host", "x-request-id",
+     "transfer-encoding", "connection"}
+)  # fmt: skip
 
 SpecMethod = Literal["none", "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp"]
 
@@ -44,6 +52,14 @@ class BackendSpec(_Strict):
     draft_version: str = ""
     weight: float = Field(default=1.0, gt=0)
     max_concurrency: int = Field(default=256, ge=1)
+    # Credentials for a backend started with --api-key: the name of an environment
+    # variable or of a file holding the key, never the key itself (the policy is shown
+    # at GET /admin/policy and kept in the store).
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_file: str | None = None
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="extra headers sent to this backend"
+    )
     launch_config: str | None = Field(
         default=None,
         description="the engine's vLLM launch config (`vllm serve --config`), relative to the "
@@ -54,6 +70,25 @@ class BackendSpec(_Strict):
     @classmethod
     def _strip_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _HEADER_NAME.match(name) or "\n" in text or "\r" in text:
+                raise ValueError(f"header {name!r} is not a valid HTTP header")
+            if name.lower() in _OWN_HEADERS:
+                raise ValueError(
+                    f"header {name!r} is set by the gateway (for a key, use api_key_env "
+                    "or api_key_file)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> BackendSpec:
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise ValueError("give api_key_env or api_key_file, not both")
+        return self
 
 
 class BreakEven(_Strict):

@@ -12,6 +12,42 @@ class QuarantineConfig(BaseModel):
     min_samples: int = Field(default=20, ge=1)
     max_drift_rate: float = Field(default=0.05, ge=0, le=1)
     window: int = Field(default=200, ge=1)
+    numerics_differ: bool = Field(
+        default=False,
+        description="also quarantine a (backend, draft version) whose near-tie flips exceed "
+        "the noise floor (needs 'enabled')",
+    )
+
+
+class NumericsConfig(BaseModel):
+    """The group-level numerics test: near-tie flips per (backend, draft version) against
+    the reference's own flip rate (the noise floor, per model).
+
+    The floor is measured by control samples: greedy outputs of the reference pool replayed
+    on a reference backend (another one when there is one, else the same one later). Until
+    ``control_min_samples`` of them exist the floor is ``prior_floor``, a stated assumption:
+    two runs of one engine build with the same dtype flip a near-tie rarely (plain against
+    n-gram, both float32 on vLLM's CPU build, gave identical greedy output on 30 of 30
+    prompts), so one flip in ten is a generous allowance, while float32 against bfloat16
+    flipped 28 of 30 and is flagged from the prior alone.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = True
+    control_rate: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="share of sampled outputs also replayed reference against reference",
+    )
+    control_min_samples: int = Field(default=50, ge=1)
+    prior_floor: float = Field(default=0.1, ge=0, lt=1)
+    confidence: float = Field(default=0.99, gt=0.5, lt=1)
+    min_samples: int = Field(default=20, ge=1, description="judged samples per group")
+    window: int = Field(
+        default=2000, ge=10, description="newest shadow records the groups are judged on"
+    )
+    evaluate_every_s: float = Field(default=5.0, gt=0)
 
 
 class ShadowConfig(BaseModel):
@@ -32,6 +68,7 @@ class ShadowConfig(BaseModel):
     top_logprobs: int = Field(default=5, ge=2, le=20)
     store_text: bool = Field(default=False, description="keep prompt/output snippets in records")
     quarantine: QuarantineConfig = QuarantineConfig()
+    numerics: NumericsConfig = NumericsConfig()
     timeout_s: float = Field(default=120.0, gt=0)
 
     def rate_for(self, backend: str, pool: str, draft_version: str) -> float:

@@ -35,7 +35,8 @@ def acceptance_of(outcome: Outcome, k: int, kind: str) -> tuple[float, float] | 
         accepted = float(spec.get("num_accepted_draft_tokens") or 0)
         return (accepted, drafted) if drafted > 0 else None
     tokens = outcome.completion_tokens
-    if not tokens or k <= 0 or outcome.events <= 0:
+    if not tokens or k <= 0 or outcome.events <= 0 or kind == "responses":
+        # The Responses API's events are not one per engine step: only the exact summary.
         return None
     # Not content: [DONE], the usage event (counted only when forwarded), chat's role event.
     steps = outcome.events - 1 - (1 if outcome.usage_forwarded else 0)

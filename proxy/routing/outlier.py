@@ -2,8 +2,9 @@
 
 Requests tell the detector how each attempt went. A backend that fails
 ``consecutive_failures`` requests in a row (connect errors, timeouts, streams closed
-early or broken after their first byte, 5xx other than 503) is ejected for ``base_ejection_s`` times the number of times it
-was ejected (capped at ``max_ejection_s``), after which the next passing active health
+early or broken after their first byte, 5xx other than 503) is ejected for
+``base_ejection_s`` times the number of times it was ejected (capped at
+``max_ejection_s``), after which the next passing active health
 check returns it. At most ``max_ejection_percent`` of a model's backends are ejected at
 once (at least one may be, as in Envoy), and never the last healthy one: past the cap,
 failures are counted but the backend keeps its traffic, so requests go to all rather than

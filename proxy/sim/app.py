@@ -6,27 +6,44 @@ chunks, and every layer between the engine and ``send`` costs per token.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 from pydantic import ValidationError
 
-from proxy.sim.asgi import JSON, BodyTooLarge, Receive, Scope, Send, read_body, respond
+from proxy.sim import pooling
+from proxy.sim.asgi import JSON, BodyTooLarge, Receive, Scope, Send, header, read_body, respond
 from proxy.sim.config import Faults, SimConfig
 from proxy.sim.engine import Engine
 from proxy.sim.errors import SimHTTPError, bad_request, error_body
+from proxy.sim.form import parse_form
 from proxy.sim.generation import GenerationHandler
 from proxy.sim.metrics import CONTENT_TYPE, metrics_registry, render_metrics
 from proxy.sim.request_parsing import BOS, check_model, load_json, render_chat
+from proxy.sim.tokens import Vocabulary
 
 Reply = tuple[int, bytes, bytes | None]
 Endpoint = Callable[[bytes], Awaitable[Reply]]
-Route = Endpoint | Literal["chat", "completion"]
+PooledEndpoint = Callable[[dict[str, Any], str, Vocabulary], bytes]
+
+
+class _Form:
+    """An endpoint taking ``multipart/form-data`` (it needs the content type's boundary)."""
+
+    def __init__(self, handler: Callable[[bytes, str], Awaitable[Reply]]) -> None:
+        self.handler = handler
+
+
+Route = Endpoint | _Form | Literal["chat", "completion", "responses"]
 
 _NOT_FOUND = orjson.dumps({"detail": "Not Found"})
 _NOT_ALLOWED = orjson.dumps({"detail": "Method Not Allowed"})
+_UNAUTHORIZED = orjson.dumps({"error": "Unauthorized"})  # vLLM's body, verbatim
+_GUARDED = ("/v1", "/v2")
 
 
 class SimApp:
@@ -41,10 +58,22 @@ class SimApp:
         self._routes: dict[str, dict[str, Route]] = {
             "/v1/chat/completions": {"POST": "chat"},
             "/v1/completions": {"POST": "completion"},
+            "/v1/responses": {"POST": "responses"},
             "/v1/models": {"GET": self._models},
             "/health": {"GET": self._health},
             "/metrics": {"GET": self._metrics},
             "/tokenize": {"POST": self._tokenize},
+            "/detokenize": {"POST": self._detokenize},
+            "/v1/embeddings": {"POST": self._pooled(pooling.embeddings)},
+            "/pooling": {"POST": self._pooled(pooling.pooling)},
+            "/score": {"POST": self._pooled(pooling.score)},
+            "/v1/score": {"POST": self._pooled(pooling.score)},
+            "/rerank": {"POST": self._pooled(pooling.rerank)},
+            "/v1/rerank": {"POST": self._pooled(pooling.rerank)},
+            "/v2/rerank": {"POST": self._pooled(pooling.rerank)},
+            "/v1/audio/transcriptions": {"POST": _Form(self._transcribe)},
+            "/v1/audio/translations": {"POST": _Form(self._translate)},
+            "/version": {"GET": self._version},
             "/admin/engine": {"GET": self._engine_state},
             "/admin/faults": {
                 "GET": self._get_faults,
@@ -59,6 +88,9 @@ class SimApp:
             return
         if scope["type"] != "http":
             return
+        if self.config.api_key is not None and not self._authorized(scope):
+            await respond(send, 401, _UNAUTHORIZED)
+            return
         methods = self._routes.get(scope["path"].rstrip("/") or "/")
         if methods is None:
             await respond(send, 404, _NOT_FOUND)
@@ -69,15 +101,32 @@ class SimApp:
             return
         try:
             body = await read_body(receive) if scope["method"] in ("POST", "PUT") else b""
-            if target == "chat" or target == "completion":
+            if target == "chat" or target == "completion" or target == "responses":
                 await self._generate(scope, receive, send, body, target)
+            elif isinstance(target, _Form):
+                status, payload, content_type = await target.handler(
+                    body, header(scope, b"content-type") or ""
+                )
+                await respond(send, status, payload, content_type)
             else:
                 status, payload, content_type = await target(body)
                 await respond(send, status, payload, content_type)
         except SimHTTPError as exc:
-            await respond(send, exc.status, exc.body())
+            extra = []
+            if exc.retry_after_s is not None:
+                extra.append((b"retry-after", str(exc.retry_after_s).encode()))
+            await respond(send, exc.status, exc.body(), headers=extra)
         except BodyTooLarge:
             await respond(send, 413, error_body(413, "Request body too large."))
+
+    def _authorized(self, scope: Scope) -> bool:
+        """vLLM's AuthenticationMiddleware: OPTIONS and paths outside /v1, /v2 are open."""
+        if scope["method"] == "OPTIONS" or not scope["path"].startswith(_GUARDED):
+            return True
+        scheme, _, token = (header(scope, b"authorization") or "").partition(" ")
+        given = hashlib.sha256(token.encode()).digest()
+        wanted = hashlib.sha256(str(self.config.api_key).encode()).digest()
+        return scheme.lower() == "bearer" and hmac.compare_digest(given, wanted)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -144,6 +193,38 @@ class SimApp:
             "token_strs": strs,
         }
         return 200, orjson.dumps(payload), JSON
+
+    async def _detokenize(self, body: bytes) -> Reply:
+        data = load_json(body)
+        check_model(data, self.config)
+        return 200, pooling.detokenize(data, self.engine.vocab), JSON
+
+    def _pooled(self, render: PooledEndpoint) -> Endpoint:
+        async def endpoint(body: bytes) -> Reply:
+            data = load_json(body)
+            check_model(data, self.config)
+            return 200, render(data, self.config.model, self.engine.vocab), JSON
+
+        return endpoint
+
+    async def _transcribe(self, body: bytes, content_type: str) -> Reply:
+        audio = self._form_audio(body, content_type)
+        return 200, pooling.transcription(audio, self.engine.vocab, translate=False), JSON
+
+    async def _translate(self, body: bytes, content_type: str) -> Reply:
+        audio = self._form_audio(body, content_type)
+        return 200, pooling.transcription(audio, self.engine.vocab, translate=True), JSON
+
+    def _form_audio(self, body: bytes, content_type: str) -> bytes:
+        fields = parse_form(body, content_type)
+        check_model({"model": fields.get("model", b"").decode() or None}, self.config)
+        audio = fields.get("file")
+        if not audio:
+            raise bad_request("`file` (the audio) is required.", param="file")
+        return audio
+
+    async def _version(self, body: bytes) -> Reply:
+        return 200, pooling.version(), JSON
 
     async def _engine_state(self, body: bytes) -> Reply:
         """Batch state and how far the host's step timing fell behind the model."""

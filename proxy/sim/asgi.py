@@ -36,9 +36,13 @@ async def read_body(receive: Receive) -> bytes:
 
 
 async def respond(
-    send: Send, status: int, body: bytes = b"", content_type: bytes | None = JSON
+    send: Send,
+    status: int,
+    body: bytes = b"",
+    content_type: bytes | None = JSON,
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    headers = [(b"content-length", str(len(body)).encode())]
+    headers = [(b"content-length", str(len(body)).encode()), *(headers or [])]
     if content_type is not None:
         headers.append((b"content-type", content_type))
     await send({"type": "http.response.start", "status": status, "headers": headers})

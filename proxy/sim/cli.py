@@ -40,9 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="add metrics.speculative_decoding to responses (as vLLM's flag)",
     )
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--api-key", help="require this bearer token on /v1 and /v2 (as vLLM)")
     faults = parser.add_argument_group("faults (also switchable at run time: /admin/faults)")
     faults.add_argument("--drift-from-token", type=int, help="first output token that differs")
     faults.add_argument("--near-tie", action="store_true", help="drift shows as a near-tie")
+    faults.add_argument(
+        "--drift-rate", type=float, default=1.0, help="share of requests that drift"
+    )
     faults.add_argument("--acceptance", type=float, help="force per-token draft acceptance")
     faults.add_argument("--error-rate", type=float, default=0.0)
     faults.add_argument("--error-status", type=int, choices=[500, 503], default=500)
@@ -57,6 +61,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     faults = Faults(
         drift_from_token=args.drift_from_token,
         near_tie=args.near_tie,
+        drift_rate=args.drift_rate,
         acceptance=args.acceptance,
         error_rate=args.error_rate,
         error_status=args.error_status,
@@ -73,6 +78,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         max_num_seqs=args.max_num_seqs,
         per_request_spec_metrics=args.per_request_spec_decode_metrics == "summary",
         faults=faults,
+        api_key=args.api_key,
     )
     if args.profile:
         config = config.model_copy(update={"profile": load_profile(args.profile)})

@@ -13,7 +13,9 @@ class Faults(BaseModel):
     """Switchable misbehaviour, settable at start (CLI) and at run time (``/admin/faults``).
 
     ``drift_from_token`` is the 0-based index of the first output token that differs from
-    the greedy reference. A stall pauses a stream once, after ``stall_after_tokens`` tokens
+    the greedy reference; ``drift_rate`` is the share of requests that drift there (drawn
+    per request, so one prompt sent twice may flip once: what batch-dependent numerics
+    do). A stall pauses a stream once, after ``stall_after_tokens`` tokens
     (after the first token when unset). ``disconnect_after_tokens`` drops the connection of
     streaming responses once that many tokens were sent.
     """
@@ -22,9 +24,12 @@ class Faults(BaseModel):
 
     drift_from_token: int | None = Field(default=None, ge=0)
     near_tie: bool = False
+    drift_rate: float = Field(default=1.0, ge=0.0, le=1.0)
     acceptance: float | None = Field(default=None, ge=0.0, le=1.0)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    error_status: Literal[500, 503] = 500
+    error_status: Literal[429, 500, 503] = 500
+    # Sent as Retry-After with a failed request (a busy server's back-off signal).
+    retry_after_s: int | None = Field(default=None, ge=0)
     ttft_delay_ms: float = Field(default=0.0, ge=0.0)
     stall_ms: float = Field(default=0.0, ge=0.0)
     stall_after_tokens: int | None = Field(default=None, ge=0)
@@ -45,6 +50,8 @@ class SimConfig(BaseModel):
     max_num_seqs: int = Field(default=256, gt=0)
     faults: Faults = Field(default_factory=Faults)
     acceptance: dict[PromptClass, float] | None = None
+    # As vLLM's --api-key: a bearer token required on the /v1 and /v2 paths only.
+    api_key: str | None = None
 
     @model_validator(mode="after")
     def _check_acceptance(self) -> SimConfig:

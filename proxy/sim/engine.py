@@ -90,7 +90,9 @@ class Engine:
         else:
             key = self.rng.getrandbits(63)
         faults = self.faults
-        stream = TokenStream(self.vocab, key, faults.drift_from_token)
+        # Drawn only below 1, so the engine's random sequence is unchanged otherwise.
+        flip = faults.drift_rate >= 1.0 or self.rng.random() < faults.drift_rate
+        stream = TokenStream(self.vocab, key, faults.drift_from_token, flip)
         natural = stream.natural_length(*self.config.profile.output_tokens)
         if ignore_eos or max_tokens <= natural:
             max_output, reason = max_tokens, "length"

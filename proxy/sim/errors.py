@@ -9,6 +9,7 @@ import orjson
 # vLLM's ``type`` for each status it answers with.
 _ERROR_TYPES = {
     400: "BadRequestError",
+    429: "RateLimitError",
     404: "NotFoundError",
     405: "Method Not Allowed",
     500: "InternalServerError",
@@ -19,11 +20,18 @@ _ERROR_TYPES = {
 class SimHTTPError(Exception):
     """Raised anywhere in request handling; rendered as a vLLM error response."""
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.retry_after_s = retry_after_s
 
     def body(self) -> bytes:
         return error_body(self.status, self.message, self.param)

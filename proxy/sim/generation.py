@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
 from proxy.sim.asgi import JSON, Receive, Scope, Send, header, send_chunk, start_stream
 from proxy.sim.engine import Engine
 from proxy.sim.errors import SimHTTPError
-from proxy.sim.render import DONE, ChunkRenderer, ResponseContext
+from proxy.sim.render import ChunkRenderer, ResponseContext
 from proxy.sim.render_chat import ChatRenderer
 from proxy.sim.render_completion import CompletionRenderer
+from proxy.sim.render_responses import ResponsesRenderer, responses_as_chat
 from proxy.sim.request_parsing import ParsedRequest, load_json, parse_generation
 from proxy.sim.sequence import Sequence
 from proxy.sim.tokens import stable_hash
 
 VLLM_VERSION = "0.32.0"
+Kind = Literal["chat", "completion", "responses"]
+_PREFIXES: dict[Kind, str] = {"chat": "chatcmpl-", "completion": "cmpl-", "responses": "resp_"}
 
 
 class GenerationHandler:
@@ -34,14 +37,22 @@ class GenerationHandler:
         receive: Receive,
         send: Send,
         body: bytes,
-        kind: Literal["chat", "completion"],
+        kind: Kind,
     ) -> None:
         engine = self.engine
-        parsed = parse_generation(load_json(body), kind, engine.config, engine.vocab)
+        data = load_json(body)
+        asked = responses_as_chat(data) if kind == "responses" else data
+        parsed = parse_generation(
+            asked, "completion" if kind == "completion" else "chat", engine.config, engine.vocab
+        )
         faults = engine.faults
         if faults.error_rate > 0 and engine.rng.random() < faults.error_rate:
-            raise SimHTTPError(faults.error_status, "Simulated engine failure (error_rate).")
-        prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+            raise SimHTTPError(
+                faults.error_status,
+                "Simulated engine failure (error_rate).",
+                retry_after_s=faults.retry_after_s,
+            )
+        prefix = _PREFIXES[kind]
         # vLLM: the X-Request-Id header, else 16 hex digits of a random UUID.
         request_id = prefix + (header(scope, b"x-request-id") or uuid.uuid4().hex[:16])
         seq = engine.submit(
@@ -54,7 +65,7 @@ class GenerationHandler:
             seed=parsed.seed,
             ignore_eos=parsed.ignore_eos,
         )
-        renderer = self._renderer(kind, request_id, parsed)
+        renderer = self._renderer(kind, request_id, parsed, data)
         watcher = asyncio.create_task(self._abort_on_disconnect(receive, seq))
         try:
             if parsed.stream:
@@ -66,7 +77,7 @@ class GenerationHandler:
             engine.abort(seq)
 
     def _renderer(
-        self, kind: Literal["chat", "completion"], request_id: str, parsed: ParsedRequest
+        self, kind: Kind, request_id: str, parsed: ParsedRequest, data: dict[str, Any]
     ) -> ChunkRenderer:
         config = self.engine.config
         ctx = ResponseContext(
@@ -78,6 +89,8 @@ class GenerationHandler:
             spec_metrics=config.speculative and config.per_request_spec_metrics,
             fingerprint=self.fingerprint,
         )
+        if kind == "responses":
+            return ResponsesRenderer(ctx, data)
         return ChatRenderer(ctx) if kind == "chat" else CompletionRenderer(ctx)
 
     async def _abort_on_disconnect(self, receive: Receive, seq: Sequence) -> None:
@@ -112,8 +125,7 @@ class GenerationHandler:
             start = end
             if finish is not None:
                 break
-        tail = renderer.usage_chunk(seq) + DONE if parsed.include_usage else DONE
-        await send_chunk(send, tail, more=False)
+        await send_chunk(send, renderer.tail(seq, parsed.include_usage), more=False)
 
     async def _respond(self, send: Send, seq: Sequence, renderer: ChunkRenderer) -> None:
         cut = seq.disconnect_after

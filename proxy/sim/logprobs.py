@@ -6,6 +6,11 @@ noise between a speculative and a plain engine looks like; otherwise the chosen 
 wins by a wide margin and the reference token is not among the top alternatives, which is
 what a real divergence looks like. Everywhere else the top-2 gap is at least
 ``MIN_ORDINARY_GAP``.
+
+A near tie belongs to the prompt, flipping it to the engine's numerics: with a drift rate
+below 1, an output that did not flip still shows the tie (its token first, the drift's
+token a hair behind), so an engine that flips more often than another is told apart by
+the logprobs of either.
 """
 
 from __future__ import annotations
@@ -25,13 +30,14 @@ def ranked_logprobs(
 ) -> list[tuple[int, float]]:
     """Top ``max(count, 1)`` (token id, logprob) at ``position``, the emitted token first."""
     chosen = seq.output[position]
-    original = seq.stream.drift_original if seq.drift_from == position else None
+    other = seq.stream.runner_up if seq.drift_from == position else None
     rng = random.Random(seq.stream.key * 1_000_003 + position)
-    excluded = {chosen} if original is None else {chosen, original}
-    if original is not None and seq.near_tie:
+    excluded = {chosen} if other is None else {chosen, other}
+    if other is not None and seq.near_tie:
         top = -math.log(2.0) + NEAR_TIE_GAP / 2
-        ranked = [(chosen, top), (original, top - NEAR_TIE_GAP)]
+        ranked = [(chosen, top), (other, top - NEAR_TIE_GAP)]
     else:
+        original = other if seq.stream.flipped else None
         top = -0.6 * rng.random() ** 3
         gap = MIN_DRIFT_GAP if original is not None else MIN_ORDINARY_GAP
         ranked = [(chosen, top)]

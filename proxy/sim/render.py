@@ -103,6 +103,10 @@ class ChunkRenderer:
     def chunk(self, seq: Sequence, start: int, end: int, finish_reason: str | None) -> bytes:
         raise NotImplementedError
 
+    def tail(self, seq: Sequence, include_usage: bool) -> bytes:
+        """What ends a stream after the last token chunk."""
+        return self.usage_chunk(seq) + DONE if include_usage else DONE
+
     def response(self, seq: Sequence) -> bytes:
         raise NotImplementedError
 

@@ -124,19 +124,25 @@ class TokenStream:
         "_main",
         "_position",
         "_vocab_size",
-        "drift_original",
+        "flipped",
         "key",
+        "runner_up",
     )
 
-    def __init__(self, vocab: Vocabulary, key: int, drift_from: int | None = None) -> None:
+    def __init__(
+        self, vocab: Vocabulary, key: int, drift_from: int | None = None, flip: bool = True
+    ) -> None:
         self.key = key
         self._main = _Draws(vocab, key)
         self._drift_from = drift_from
         self._drift = _Draws(vocab, key ^ 0x5DEECE66D) if drift_from is not None else None
         self._position = 0
         self._vocab_size = len(vocab)
-        # The token the reference would have produced where the drift starts.
-        self.drift_original: int | None = None
+        # Whether this output takes the drift (a drift rate below 1 leaves some untouched).
+        self.flipped = flip and drift_from is not None
+        # The other candidate at the drift position: the reference's token when this
+        # output flipped, the drift's token when it did not (a near tie shows both).
+        self.runner_up: int | None = None
 
     def natural_length(self, low: int, high: int) -> int:
         """Where this output would emit end-of-sequence without ``ignore_eos``."""
@@ -150,10 +156,16 @@ class TokenStream:
         if drift_from is None or self._drift is None or self._position <= drift_from:
             return ids
         offset = max(drift_from - start, 0)
+        if not self.flipped:
+            if start <= drift_from:
+                original = ids[offset]
+                (other,) = self._drift.take(1)
+                self.runner_up = other if other != original else (original + 1) % self._vocab_size
+            return ids
         drifted = self._drift.take(n - offset)
         if start <= drift_from:
             original = ids[offset]
-            self.drift_original = original
+            self.runner_up = original
             if drifted[0] == original:
                 drifted[0] = (original + 1) % self._vocab_size
         ids[offset:] = drifted

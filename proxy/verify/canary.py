@@ -5,8 +5,9 @@ by every replica to a shared log and read back by all, so the verdict does not d
 which replica saw which request. Each ramp step starts with fresh evidence, so a candidate
 that degrades slowly is judged on its recent behaviour, not its good start. Decisions:
 
-- roll back at once on a clear failure: acceptance collapse, or a drift rate whose lower
-  confidence bound already exceeds the limit;
+- roll back at once on a clear failure: acceptance collapse, a drift rate whose lower
+  confidence bound already exceeds the limit, or the shadow's group verdict that the
+  candidate's numerics differ from the reference (near-tie flips above the noise floor);
 - roll back when acceptance is worse than the baseline by more than allowed with the
   configured confidence (Welch interval on per-request rates), or TPOT at matched load is
   clearly worse;
@@ -24,7 +25,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ from proxy.policy.canary import CanaryConfig
 from proxy.records import Outcome, ParsedRequest, RequestInfo, Route
 from proxy.store import Store
 from proxy.verify.compare import Verdict as ShadowVerdict
+from proxy.verify.groups import GroupRow
 from proxy.verify.stats import Summary, diff_interval, wilson, z_for
 
 log = logging.getLogger("specroute.canary")
@@ -137,6 +139,7 @@ class Evidence:
     baseline: Arm = field(default_factory=Arm)
     shadow_judged: int = 0
     shadow_drift: int = 0
+    numerics_differ: str | None = None  # the shadow's group verdict on a candidate, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +206,13 @@ class _Judgement:
                 "rollback", f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}"
             )
         return None
+
+    def numerics(self) -> Verdict | None:
+        differ = self.evidence.numerics_differ
+        if differ is None:
+            return None
+        self.details["numerics_differ"] = differ
+        return self.verdict("rollback", f"numerics differ from the reference: {differ}")
 
     def drift_bound(self) -> Verdict | None:
         crit, evidence = self.config.criteria, self.evidence
@@ -292,7 +302,7 @@ def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: boo
     """The decision rule, a pure function of the evidence (unit-tested on its own): clear
     failures roll back at once, in this order; otherwise the criteria decide."""
     judgement = _Judgement.of(config, evidence)
-    steps = [judgement.collapse, judgement.drift_bound]
+    steps = [judgement.collapse, judgement.numerics, judgement.drift_bound]
     if baseline_speculative:
         steps.append(judgement.acceptance_vs_baseline)
     if config.criteria.min_acceptance is not None:
@@ -403,6 +413,16 @@ class CanaryController:
         if config is None or backend not in config.candidates or verdict == "error":
             return
         self._pending.append(ShadowEvidence(config.name, self.step, verdict))
+
+    def on_group_verdicts(self, rows: Sequence[GroupRow]) -> None:
+        """The shadow's group verdicts: a candidate whose numerics differ counts against it."""
+        config = self.config
+        if config is None or self.state not in ("running", "paused"):
+            return
+        for row in rows:
+            if row.tally.backend in config.candidates and row.numerics.numerics_differ:
+                self.evidence.numerics_differ = f"{row.tally.backend}: {row.numerics.reason}"
+                self._since_eval = max(self._since_eval, config.evaluate_every)
 
     def _absorb(self, row: EvidenceRow) -> None:
         if self.config is None or row.canary != self.config.name or row.step != self.step:

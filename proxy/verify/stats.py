@@ -1,4 +1,5 @@
-"""The few statistics the canary controller needs, from the standard library."""
+"""The few statistics the canary controller and the shadow's numerics test need, from the
+standard library."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from statistics import NormalDist
 def z_for(confidence: float) -> float:
     """Two-sided normal quantile, e.g. 0.99 -> 2.576."""
     return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def z_one_sided(confidence: float) -> float:
+    """One-sided normal quantile, e.g. 0.99 -> 2.326 (for a bound on one side only)."""
+    return NormalDist().inv_cdf(confidence)
 
 
 @dataclass(frozen=True, slots=True)

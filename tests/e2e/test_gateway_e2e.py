@@ -74,7 +74,7 @@ def test_relay_is_byte_for_byte(
         raw = client.chat.completions.with_raw_response.create(
             model=server.model, messages=MESSAGES, max_tokens=24, temperature=0, extra_body=FIXED
         )
-        assert raw.http_response.content == bytes(tap.responses[raw.headers["x-request-id"]])
+        assert raw.http_response.content == tap.for_request(raw.headers["x-request-id"])
         assert raw.headers["x-specroute-backend"] == name
         for usage in (True, False):
             extra = {"stream_options": {"include_usage": True}} if usage else {}
@@ -88,7 +88,7 @@ def test_relay_is_byte_for_byte(
                 **extra,
             }
             resp = httpx.post(gw.url + "/v1/completions", json=body, timeout=120)
-            upstream = bytes(tap.responses[resp.headers["x-request-id"]])
+            upstream = tap.for_request(resp.headers["x-request-id"])
             if usage:
                 assert resp.content == upstream
             else:

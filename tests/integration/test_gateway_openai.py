@@ -152,7 +152,7 @@ def test_bytes_reach_the_client_exactly_as_the_backend_sent_them(
                 resp = httpx.post(handle.url + "/v1/chat/completions", json=body, timeout=10)
                 assert resp.status_code == 200
                 rid = resp.headers["x-request-id"]
-                assert resp.content == tap.responses[rid]
+                assert resp.content == tap.for_request(rid)
                 if stream:
                     assert (
                         resp.content.endswith(b"data: [DONE]\n\n")

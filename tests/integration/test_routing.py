@@ -122,7 +122,17 @@ def test_load_past_break_even_moves_to_plain_without_flapping(
                     await cm.__aexit__(None, None, None)
                 return order
 
-        order = asyncio.run(load_phase())
+        # Every stream pauses after its first token for longer than the phase lasts, so the
+        # in-flight counts only grow while the 40 arrive, however slowly a busy host opens
+        # them (3000 tokens would otherwise finish in seconds and free slots mid-phase).
+        hold = {"stall_ms": 120_000, "stall_after_tokens": 1}
+        for sim in sims.values():
+            httpx.post(sim.url + "/admin/faults", json=hold).raise_for_status()
+        try:
+            order = asyncio.run(load_phase())
+        finally:
+            for sim in sims.values():
+                httpx.delete(sim.url + "/admin/faults").raise_for_status()
         counts = Counter(order)
         # The EAGLE backend takes chat until its in-flight load reaches 8 * 1.25 = 10: below
         # break-even its head start for chat (acceptance score ~0.29) outweighs ~18 more

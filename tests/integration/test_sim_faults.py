@@ -151,6 +151,25 @@ async def test_drift_from_token(sim: SimServer, near_tie: bool) -> None:
         assert reference_tokens[8] not in {t["token"] for t in top}
 
 
+async def test_drift_rate_flips_some_requests_and_the_tie_shows_either_way(
+    sim: SimServer,
+) -> None:
+    async with SimServer(SimConfig(model="m")) as reference:
+        expected = [e["token"] for e in await greedy_with_logprobs(reference.url, 12)]
+    sim.engine.faults = Faults(drift_from_token=6, near_tie=True, drift_rate=0.3)
+    flipped = 0
+    for _ in range(40):
+        got = await greedy_with_logprobs(sim.url, 12)
+        top = got[6]["top_logprobs"]
+        assert top[0]["logprob"] - top[1]["logprob"] < 0.01  # the tie, flipped or not
+        if got[6]["token"] != expected[6]:
+            flipped += 1
+            assert top[1]["token"] == expected[6]
+        else:
+            assert [e["token"] for e in got] == expected
+    assert 4 <= flipped <= 22  # 30% of 40, drawn per request
+
+
 async def test_acceptance_collapse(client: httpx.AsyncClient) -> None:
     body = {"messages": MESSAGES, "max_tokens": 30, "temperature": 0}
     healthy = (await client.post("/v1/chat/completions", json=body)).json()

@@ -17,6 +17,12 @@ DEFAULT_VENV = Path(os.environ.get("SPECROUTE_VLLM_VENV", REPO / ".venv-vllm"))
 DEFAULT_MODEL_CACHE = Path(os.environ.get("SPECROUTE_MODEL_CACHE", REPO / ".cache" / "models"))
 SERVED_MODEL_NAME = "tiny"
 SERVER_NAMES = ("plain", "ngram", "draft-good", "draft-bad")
+# Started only by the tests that need them (not by default): a plain server that wants an
+# API key (vLLM's --api-key, a fresh random key per start), to check a gateway can front it;
+# ``ngram-bf16``, n-gram speculation in bfloat16 (another ~3 GB), other numerics than its
+# float32 reference, which the shadow's numerics test must flag.
+EXTRA_SERVER_NAMES = ("plain-keyed", "ngram-bf16")
+DTYPES = {"ngram-bf16": "bfloat16"}  # every other server: float32
 NGRAM_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -24,7 +30,7 @@ NGRAM_CONFIG = {
     "prompt_lookup_min": 2,
 }
 DRAFT_TOKENS = 3
-COMMON_ARGS = ("--max-model-len", "1024", "--dtype", "float32", "--enforce-eager")
+COMMON_ARGS = ("--max-model-len", "1024", "--enforce-eager")
 
 # Arms PR_SET_PDEATHSIG before exec'ing the server: if the launching process dies without
 # cleaning up (SIGKILL, OOM), the kernel sends the server SIGTERM instead of orphaning it.
@@ -42,9 +48,9 @@ def venv_python(venv: Path = DEFAULT_VENV) -> Path:
 
 
 def speculative_config(name: str, model_dirs: Mapping[str, Path]) -> dict[str, Any] | None:
-    if name == "plain":
+    if name in ("plain", "plain-keyed"):
         return None
-    if name == "ngram":
+    if name in ("ngram", "ngram-bf16"):
         return dict(NGRAM_CONFIG)
     if name in ("draft-good", "draft-bad"):
         return {
@@ -52,11 +58,17 @@ def speculative_config(name: str, model_dirs: Mapping[str, Path]) -> dict[str, A
             "model": str(model_dirs[name]),
             "num_speculative_tokens": DRAFT_TOKENS,
         }
-    raise ValueError(f"unknown server {name!r}; known: {', '.join(SERVER_NAMES)}")
+    known = ", ".join(SERVER_NAMES + EXTRA_SERVER_NAMES)
+    raise ValueError(f"unknown server {name!r}; known: {known}")
 
 
 def server_command(
-    python: Path, model_dir: Path, port: int, spec: dict[str, Any] | None
+    python: Path,
+    model_dir: Path,
+    port: int,
+    spec: dict[str, Any] | None,
+    api_key: str | None = None,
+    dtype: str = "float32",
 ) -> list[str]:
     cmd = [
         str(python), "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL,
@@ -65,12 +77,15 @@ def server_command(
         "--served-model-name", SERVED_MODEL_NAME,
         "--host", "127.0.0.1",
         "--port", str(port),
+        "--dtype", dtype,
         *COMMON_ARGS,
     ]  # fmt: skip
     if spec is not None:
         # vLLM refuses this flag without a speculative config, so plain servers go without.
         cmd += ["--speculative-config", json.dumps(spec)]
         cmd += ["--per-request-spec-decode-metrics", "summary"]
+    if api_key is not None:
+        cmd += ["--api-key", api_key]
     return cmd
 
 

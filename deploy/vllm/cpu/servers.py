@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import tempfile
@@ -24,6 +25,8 @@ try:
     from deploy.vllm.cpu.ports import free_port, group_listens_on
     from deploy.vllm.cpu.server_args import (
         DEFAULT_VENV,
+        DTYPES,
+        EXTRA_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
         server_command,
@@ -35,6 +38,8 @@ except ImportError:  # run as a script: only this directory is on sys.path
     from ports import free_port, group_listens_on  # type: ignore[no-redef,import-not-found]
     from server_args import (  # type: ignore[no-redef,import-not-found]
         DEFAULT_VENV,
+        DTYPES,
+        EXTRA_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
         server_command,
@@ -68,6 +73,8 @@ class VllmServer:
     log_path: Path
     speculative_config: dict[str, Any] | None
     process: subprocess.Popen[bytes] = field(repr=False, compare=False)
+    # The key the server wants on /v1 and /v2 (vLLM's --api-key); None: open.
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def openai_base_url(self) -> str:
@@ -91,9 +98,12 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _http_ok(url: str) -> str | None:
+def _http_ok(url: str, api_key: str | None = None) -> str | None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=5
+        ) as response:
             body: bytes = response.read()
             return body.decode() if response.status == 200 else None
     except (urllib.error.URLError, OSError):
@@ -112,7 +122,7 @@ def owns_port(server: VllmServer) -> bool:
 def is_ready(server: VllmServer) -> bool:
     if _http_ok(f"{server.url}/health") is None:
         return False
-    models = _http_ok(f"{server.url}/v1/models")
+    models = _http_ok(f"{server.url}/v1/models", server.api_key)
     return models is not None and f'"{server.model}"' in models
 
 
@@ -120,12 +130,15 @@ def _spawn(
     name: str, model_dirs: Mapping[str, Path], python: Path, log_dir: Path, cpu: int
 ) -> VllmServer:
     spec = speculative_config(name, model_dirs)
+    api_key = secrets.token_urlsafe(16) if name in EXTRA_SERVER_NAMES else None
     port = free_port()
     log_path = log_dir / f"vllm-{name}.log"
     # Appends, so a respawn after a lost port race keeps the first attempt's story.
     with open(log_path, "ab") as log:
         process = subprocess.Popen(
-            server_command(python, model_dirs["tiny"], port, spec),
+            server_command(
+                python, model_dirs["tiny"], port, spec, api_key, DTYPES.get(name, "float32")
+            ),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -142,6 +155,7 @@ def _spawn(
         log_path=log_path,
         speculative_config=spec,
         process=process,
+        api_key=api_key,
     )
 
 
@@ -230,9 +244,10 @@ def start_servers(
     stopped before the error propagates.
     """
     names = list(names)
-    unknown = sorted(set(names) - set(SERVER_NAMES))
+    known = SERVER_NAMES + EXTRA_SERVER_NAMES
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ValueError(f"unknown servers {unknown}; known: {', '.join(SERVER_NAMES)}")
+        raise ValueError(f"unknown servers {unknown}; known: {', '.join(known)}")
     logs = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="vllm-logs-"))
     logs.mkdir(parents=True, exist_ok=True)
     cpus = sorted(os.sched_getaffinity(0))

@@ -100,20 +100,6 @@ def _code_line(line: str) -> bool:
     return p.CODE_SHAPE.match(line) is not None
 
 
-def _prose_or_code(line: str, raw: str) -> bool:
-    """Is this line (``raw`` before stripping) code? Long lines, sentences and bullets are
-    prose; anything else may be code."""
-    return (
-        len(line) <= p.LONG_LINE
-        and not line.endswith(p.SENTENCE_ENDS)
-        and (
-            not line.startswith(p.BULLET_STARTS)
-            or (raw[0] in " \t" and p.YAML_ITEM.match(line) is not None)
-        )
-        and (raw.startswith(p.INDENTS) or line.endswith(p.CODE_LINE_ENDS) or _code_line(line))
-    )
-
-
 def _trace_line(line: str) -> bool:
     if line.startswith("Traceback (most recent call last)"):
         return True
@@ -150,14 +136,16 @@ def _open_block(line: str) -> bool:
     return line.endswith(":") and line.partition(" ")[0] in p.BLOCK_HEADERS
 
 
-def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None:
-    """Add the lines of ``text`` to ``lines``; ``shape`` (the last user turn) gets its layout."""
-    rows = text.splitlines()
-    # Whole-text substring checks (in C) spare most texts the per-line trace and diff tests.
-    # They cost about 6 ns per character of text, the tests they spare a fraction of a
-    # microsecond per line: a text of a few long lines (a pasted document) is cheaper to
-    # test line by line.
-    if len(rows) * _LONG_ROWS <= len(text):
+def _needles(text: str, rows: int) -> tuple[bool, bool, bool, bool, bool]:
+    """Which per-line tests can find anything in ``text`` of ``rows`` lines: traces, diffs,
+    shell prompts, table rows, document tags.
+
+    Whole-text substring checks run in C and spare most texts the per-line tests. Single
+    characters are found with memchr; the trace and diff needles cost about 6 ns per
+    character of text, the tests they spare a fraction of a microsecond per line: a text of
+    a few long lines (a pasted document) is cheaper to test line by line.
+    """
+    if rows * _LONG_ROWS <= len(text):
         traces = diffs = True
     else:
         traces = (
@@ -171,16 +159,135 @@ def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None
             or "-->" in text
         )
         diffs = "@@ -" in text or "diff --git" in text or "+++ b/" in text
-    # Single characters: "in" finds one with memchr, while short multi-character needles
-    # cost about a nanosecond per character of text.
     shells = "$" in text or ">" in text or "@" in text
-    tables = "|" in text
-    tags = "<" in text
-    speakers: dict[str, int] | None = {} if ":" in text else None
-    speaker_lines = speaker_words = speaker_chars = speaker_code_lines = speaker_code_chars = 0
+    return traces, diffs, shells, "|" in text, "<" in text
+
+
+@dataclass(slots=True)
+class _Speakers:
+    """The "name: message" lines of one text.
+
+    Line by line, lowercase "alice: ..." lines look like YAML keys: only the whole text tells
+    a chat log apart (see ``dialogue``), so their counts are kept aside until the end.
+    """
+
+    turns: dict[str, int] = field(default_factory=dict)  # lines per speaker
+    lines: int = 0
+    words: int = 0
+    chars: int = 0
+    code_lines: int = 0  # of these lines, the ones the code counts took in
+    code_chars: int = 0
+
+    def take(self, name: str, line: str, code: bool) -> None:
+        """Count ``line``, a message of speaker ``name`` that the code counts took in if
+        ``code``."""
+        self.turns[name] = self.turns.get(name, 0) + 1
+        size = len(line)
+        self.lines += 1
+        self.chars += size
+        self.words += line.count(" ") + 1
+        if code:
+            self.code_lines += 1
+            self.code_chars += size
+
+    def dialogue(self, open_turn: bool) -> bool:
+        """Do these lines make a conversation? Speakers take turns, so names repeat; keys of
+        a YAML mapping are unique at their level, and a chat log's messages run to several
+        words. A text ending with a speaker's open turn ("bot:") is a dialogue to continue."""
+        return self.words >= 4 * self.lines and (
+            open_turn or (self.lines >= 3 and 2 <= len(self.turns) < self.lines)
+        )
+
+
+def _line_is_code(
+    line: str,
+    raw: str,
+    lines: Lines,
+    speakers: _Speakers | None,
+    shells: bool,
+    tables: bool,
+    tags: bool,
+) -> bool | None:
+    """Is this line outside a code fence (``raw`` before stripping) code? None for a line
+    that frames material (a table row, a document tag) and is neither code nor prose."""
+    # Speakers start unindented lines; an indented "key: value" is nested data.
+    speaker = (
+        _speaker(line, colon)
+        if speakers is not None
+        and (colon := line.find(": ", 1, p.SPEAKER_NAME_MAX + 1)) > 0
+        and raw[0] == line[0]
+        else None
+    )
+    if speaker is None:
+        if (
+            shells
+            and (line.startswith(p.SHELL_STARTS) or line.find("@", 0, 48) > 0)
+            and p.SHELL_PROMPT.match(line)
+        ):
+            # A command typed at a prompt ("$ pip install -e .", "user@host:~$ ls") is code
+            # even when it ends like a sentence.
+            lines.shell_lines += 1
+            return True
+        if tables and line[0] == "|" and line[-1] == "|" and len(line) > 2:
+            lines.table_rows += 1  # "| a | b |"
+            return None
+        if tags and line[0] == "<" and raw[0] == "<" and p.DOC_TAG.match(line):
+            # "<context>", "<document index=1>": the wrapper of supplied text, counted as a
+            # document tag (by _scan_text), not markup to work on.
+            return None
+    # Long lines, sentences and bullets are prose; anything else may be code.
+    code = (
+        len(line) <= p.LONG_LINE
+        and not line.endswith(p.SENTENCE_ENDS)
+        and (
+            not line.startswith(p.BULLET_STARTS)
+            or (raw[0] in " \t" and p.YAML_ITEM.match(line) is not None)
+        )
+        and (raw.startswith(p.INDENTS) or line.endswith(p.CODE_LINE_ENDS) or _code_line(line))
+    )
+    if speaker is not None and speakers is not None:  # mypy: speaker implies speakers
+        speakers.take(speaker, line, code)
+    return code
+
+
+def _diff_line(line: str) -> bool:
+    return line.startswith(p.DIFF_STARTS) or (line.startswith("@@ -") and "@@" in line[4:])
+
+
+def _settle_dialogue(
+    speakers: _Speakers, last_raw: str, last_code: bool, lines: Lines, shape: TextShape | None
+) -> None:
+    """When the speaker lines make a chat log, take its messages back out of the code counts
+    (a chat message that looks like a YAML key is still prose) and record the transcript in
+    ``shape``."""
+    last = last_raw.strip()
+    open_turn = (
+        last.endswith(":") and last_raw[0] == last[0] and _speaker(last, len(last) - 1) is not None
+    )
+    if not speakers.dialogue(open_turn):
+        return
+    lines.code_lines -= speakers.code_lines
+    lines.code_chars -= speakers.code_chars
+    if open_turn and last_code:
+        lines.code_lines -= 1
+        lines.code_chars -= len(last)
+    if shape is not None:
+        shape.transcript_lines = speakers.lines
+        shape.transcript_chars = speakers.chars
+        shape.speakers = len(speakers.turns)
+        shape.own_dialogue = open_turn or not p.SELF_SPEAKERS.isdisjoint(speakers.turns)
+        shape.open_block = False
+
+
+def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None:
+    """Add the lines of ``text`` to ``lines``; ``shape`` (the last user turn) gets its layout."""
+    rows = text.splitlines()
+    traces, diffs, shells, tables, tags = _needles(text, len(rows))
+    speakers = _Speakers() if ":" in text else None  # every speaker's line holds ": "
     in_fence = False
-    marking = False  # inside a block a document marker opened (last user turn only)
-    last_raw = ""
+    # Inside a block a document marker opened, up to a question key (last user turn only).
+    marking = False
+    last_raw = ""  # the last non-blank line and whether it was code: an open block, an open turn
     last_code = False
     for raw in rows:
         line = raw.strip()
@@ -193,51 +300,9 @@ def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None
             lines.fences += 1
             in_fence = not in_fence
             continue
-        if in_fence:
-            code = True
-        elif speakers is not None and (
-            # Speakers start unindented lines; an indented "key: value" is nested data.
-            (colon := line.find(": ", 1, p.SPEAKER_NAME_MAX + 1)) > 0
-            and raw[0] == line[0]
-            and (speaker := _speaker(line, colon)) is not None
-        ):
-            speakers[speaker] = speakers.get(speaker, 0) + 1
-            speaker_lines += 1
-            speaker_chars += size
-            speaker_words += line.count(" ") + 1
-            code = _prose_or_code(line, raw)
-            if code:
-                speaker_code_lines += 1
-                speaker_code_chars += size
-        elif (
-            shells
-            and (line.startswith(p.SHELL_STARTS) or line.find("@", 0, 48) > 0)
-            and p.SHELL_PROMPT.match(line)
-        ):
-            # A typed command is code even when it ends like a sentence ("pip install -e .").
-            lines.shell_lines += 1
-            code = True
-        elif tables and line[0] == "|" and line[-1] == "|" and size > 2:
-            lines.table_rows += 1
+        code = True if in_fence else _line_is_code(line, raw, lines, speakers, shells, tables, tags)
+        if code is None:
             continue
-        elif tags and line[0] == "<" and raw[0] == "<" and p.DOC_TAG.match(line):
-            # "<context>", "<document index=1>": the wrapper of supplied text, counted as a
-            # document tag, not markup to work on.
-            continue
-        else:
-            # Long lines, sentences and bullets are prose; anything else may be code. (Written
-            # out rather than calling _prose_or_code: this runs for nearly every line.)
-            code = (
-                size <= p.LONG_LINE
-                and not line.endswith(p.SENTENCE_ENDS)
-                and (
-                    not line.startswith(p.BULLET_STARTS)
-                    or (raw[0] in " \t" and p.YAML_ITEM.match(line) is not None)
-                )
-                and (
-                    raw.startswith(p.INDENTS) or line.endswith(p.CODE_LINE_ENDS) or _code_line(line)
-                )
-            )
         last_code = code
         if code:
             lines.code_lines += 1
@@ -252,38 +317,12 @@ def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None
             shape.marked_chars += size
         if traces and _trace_line(line):
             lines.trace_lines += 1
-        elif diffs and (
-            line.startswith(p.DIFF_STARTS) or (line.startswith("@@ -") and "@@" in line[4:])
-        ):
+        elif diffs and _diff_line(line):
             lines.diff_lines += 1
     if shape is not None and last_code:
         shape.open_block = _open_block(last_raw.strip())
-    if not speaker_lines or speakers is None:
-        return
-    last = last_raw.strip()
-    # Speakers take turns, so names repeat; keys of a YAML mapping are unique at their level,
-    # and a chat log's messages run to several words. Lowercase "alice: ..." lines look like
-    # YAML keys line by line: only the whole text tells a chat log apart. A prompt that ends
-    # with a speaker's open turn ("bot:") after a message is a dialogue to continue.
-    open_turn = (
-        last.endswith(":") and last_raw[0] == last[0] and _speaker(last, len(last) - 1) is not None
-    )
-    dialogue = speaker_words >= 4 * speaker_lines and (
-        open_turn or (speaker_lines >= 3 and 2 <= len(speakers) < speaker_lines)
-    )
-    if not dialogue:
-        return
-    lines.code_lines -= speaker_code_lines
-    lines.code_chars -= speaker_code_chars
-    if open_turn and last_code:
-        lines.code_lines -= 1
-        lines.code_chars -= len(last)
-    if shape is not None:
-        shape.transcript_lines = speaker_lines
-        shape.transcript_chars = speaker_chars
-        shape.speakers = len(speakers)
-        shape.own_dialogue = open_turn or not p.SELF_SPEAKERS.isdisjoint(speakers)
-        shape.open_block = False
+    if speakers is not None and speakers.lines:
+        _settle_dialogue(speakers, last_raw, last_code, lines, shape)
 
 
 def _scan_text(text: str, found: Scan, shape: TextShape | None = None) -> None:

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 import orjson
 import pytest
 
+from proxy.gateway.auth import FrontDoor, LocalLimiter, TenantMetrics
 from proxy.gateway.handler import Gateway
 from proxy.gateway.relay import Message
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import UpstreamError, UpstreamResponse
 from proxy.metrics import GatewayMetrics
+from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint, Outcome, ParsedRequest, Route
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
@@ -39,17 +41,19 @@ class Scripted:
     body: bytes = CHAT
     error: UpstreamError | None = None
     silent: bool = False
-    retry_after: str = ""
+    passed: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 class FakeResponse:
     content_type = "application/json"
 
-    def __init__(self, status: int, body: bytes, retry_after: str = "") -> None:
+    def __init__(
+        self, status: int, body: bytes, passed: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         self.status = status
-        self.retry_after = retry_after
         self._chunks = [body] if body else []
         self.aborted = False
+        self.passed = passed or []
 
     async def next_chunk(self) -> bytes:
         return self._chunks.pop(0) if self._chunks else b""
@@ -80,7 +84,7 @@ class FakeUpstream:
             raise step.error
         if step.silent:
             await asyncio.sleep(10)
-        return FakeResponse(step.status, step.body, step.retry_after)
+        return FakeResponse(step.status, step.body, step.passed)
 
 
 @dataclass
@@ -103,7 +107,11 @@ def build(script: list[Scripted]) -> tuple[Gateway, FakeUpstream, Recorder]:
     )
     upstream, recorder = FakeUpstream(script), Recorder()
     settings = Settings(first_byte_timeout_s=0.2)
-    return Gateway(settings, runtime, upstream, listeners=[recorder]), upstream, recorder
+    door = FrontDoor(None, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
+    gateway = Gateway(
+        settings, runtime, upstream, door, BackendCredentials(policy), listeners=[recorder]
+    )
+    return gateway, upstream, recorder
 
 
 async def call(gateway: Gateway, stream: bool = False) -> tuple[int, bytes]:
@@ -182,7 +190,7 @@ async def test_every_attempt_unreachable_is_an_openai_error() -> None:
 
 
 async def test_overload_everywhere_backs_off_and_relays_retry_after() -> None:
-    busy = Scripted(status=429, body=b'{"error": "slow down"}', retry_after="7")
+    busy = Scripted(status=429, body=b'{"error": "slow down"}', passed=[(b"retry-after", b"7")])
     gateway, upstream, _ = build([busy, busy])
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]})
     received = [{"type": "http.request", "body": body, "more_body": False}]
@@ -213,7 +221,7 @@ async def test_a_stream_broken_after_its_first_byte_counts_toward_ejection() -> 
     [url] = upstream.urls
     broken = gateway.runtime.fleet.backends[url.split("/")[3]]
     assert broken.passive_failures == 1
-    assert "without [DONE]" in broken.last_error
+    assert "ended the stream" in broken.last_error
     for other in gateway.runtime.fleet.backends.values():
         other.healthy = other is broken  # the next request goes there too
     await call(gateway, stream=True)

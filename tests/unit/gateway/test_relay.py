@@ -7,7 +7,7 @@ import orjson
 from proxy.gateway.relay import DONE, StreamRelay
 from proxy.gateway.upstream import UpstreamError
 from proxy.gateway.watch import Watch
-from proxy.records import Outcome
+from proxy.records import Endpoint, Outcome
 
 
 class FakeUpstream:
@@ -65,6 +65,7 @@ async def run(
     idle: float = 5.0,
     disconnect_after: float | None = None,
     capture: bool = False,
+    kind: Endpoint = Endpoint.CHAT,
 ) -> tuple[bytes, Outcome, FakeUpstream]:
     sent: list[bytes] = []
     more: list[bool] = []
@@ -84,8 +85,15 @@ async def run(
     if capture:
         outcome.text = []
     relay = StreamRelay(
-        send, Watch(receive), upstream, outcome, idle_timeout_s=idle, strip_usage=strip
-    )  # type: ignore[arg-type]
+        send,  # type: ignore[arg-type]
+        Watch(receive),  # type: ignore[arg-type]
+        upstream,  # type: ignore[arg-type]
+        outcome,
+        idle_timeout_s=idle,
+        strip_usage=strip,
+        kind=kind,
+        request_id="req-7",
+    )
     await relay.run(script[0])  # type: ignore[arg-type]
     if more:
         assert more[-1] is False or outcome.client_gone, "a finished stream must end the body"
@@ -128,8 +136,41 @@ async def test_truncated_stream_ends_with_error_event() -> None:
 
 async def test_broken_connection_is_reported() -> None:
     body, outcome, upstream = await run([ROLE, UpstreamError("broken", "reset by peer")])
-    assert b"upstream_stream_broken" in body and b"reset by peer" in body
+    # A stable message and code for the client; the details only in the log and outcome.
+    error = orjson.loads(body.split(b"\n\n")[1].removeprefix(b"data: "))["error"]
+    assert error["code"] == "upstream_stream_broken"
+    assert error["message"] == (
+        "The connection to the model server broke during the response. (request id req-7)"
+    )
+    assert b"reset by peer" not in body and b"backend b" not in body
+    assert "reset by peer" in (outcome.error or "")
     assert upstream.aborted and not outcome.ok
+
+
+RESPONSE_EVENTS = [
+    b'event: response.created\ndata: {"type":"response.created","response":{"usage":null}}\n\n',
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"hi"}\n\n',
+    b'event: response.completed\ndata: {"type":"response.completed","response":'
+    b'{"usage":{"input_tokens":7,"output_tokens":2,"total_tokens":9}}}\n\n',
+]
+
+
+async def test_a_responses_stream_ends_with_its_completed_event() -> None:
+    whole = b"".join(RESPONSE_EVENTS)
+    pieces = [whole[i : i + 11] for i in range(0, len(whole), 11)]
+    body, outcome, upstream = await run(pieces, kind=Endpoint.RESPONSES)
+    assert body == whole  # no [DONE] added: the Responses API has none
+    assert outcome.ok and upstream.released
+    assert (outcome.prompt_tokens, outcome.completion_tokens) == (7, 2)
+
+
+async def test_a_truncated_responses_stream_ends_with_an_error_event() -> None:
+    body, outcome, _ = await run(RESPONSE_EVENTS[:2], kind=Endpoint.RESPONSES)
+    last = body.split(b"\n\n")[-2]
+    assert last.startswith(b"event: error\ndata: ")
+    error = orjson.loads(last.split(b"data: ", 1)[1])
+    assert error["type"] == "error" and error["code"] == "upstream_stream_truncated"
+    assert b"[DONE]" not in body and not outcome.ok
 
 
 async def test_idle_upstream_times_out() -> None:

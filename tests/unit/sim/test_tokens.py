@@ -44,8 +44,19 @@ def test_drift_keeps_the_prefix_and_changes_the_rest() -> None:
     drifted = draw(drifted_stream, [5, 5, 5, 25])
     assert drifted[:12] == reference[:12]
     assert drifted[12] != reference[12]
-    assert drifted_stream.drift_original == reference[12]
+    assert drifted_stream.runner_up == reference[12]
     assert drifted[12:] != reference[12:]
+
+
+def test_a_drift_not_taken_keeps_the_output_and_names_the_runner_up() -> None:
+    vocab = Vocabulary()
+    key = stable_hash("m", "prompt")
+    reference = TokenStream(vocab, key).take(40)
+    stream = TokenStream(vocab, key, drift_from=12, flip=False)
+    assert draw(stream, [5, 5, 5, 25]) == reference
+    assert not stream.flipped
+    drifted = TokenStream(vocab, key, drift_from=12).take(40)
+    assert stream.runner_up == drifted[12] != reference[12]
 
 
 def test_drift_past_the_output_changes_nothing() -> None:
@@ -53,7 +64,7 @@ def test_drift_past_the_output_changes_nothing() -> None:
     key = stable_hash("m", "prompt")
     stream = TokenStream(vocab, key, drift_from=50)
     assert stream.take(30) == TokenStream(vocab, key).take(30)
-    assert stream.drift_original is None
+    assert stream.runner_up is None
 
 
 def test_vocabulary_is_fixed_and_decodes_to_words() -> None:

@@ -6,6 +6,7 @@ import random
 import time
 
 from proxy.policy.canary import CanaryConfig
+from proxy.policy.shadow import NumericsConfig
 from proxy.records import Outcome, RequestInfo
 from proxy.store import MemoryStore
 from proxy.verify.canary import (
@@ -20,7 +21,9 @@ from proxy.verify.canary import (
     sticky_fraction,
 )
 from proxy.verify.compare import Verdict
+from proxy.verify.groups import judge_groups
 from tests.unit.record_builders import chat_request, route_to
+from tests.unit.verify.test_groups import record
 
 CONFIG = CanaryConfig(
     name="v2",
@@ -172,3 +175,20 @@ async def test_shadow_verdicts_on_candidates_count_as_drift_evidence() -> None:
     controller.on_verdict("base", "diverged")
     await controller.tick()
     assert (controller.evidence.shadow_judged, controller.evidence.shadow_drift) == (2, 1)
+
+
+def test_numerics_differ_on_a_candidate_rolls_it_back() -> None:
+    records = [record("diverged_near_tie", i, backend="cand") for i in range(28)]
+    records += [record("match", 100 + i, backend="cand") for i in range(2)]
+    rows = judge_groups(records, {}, NumericsConfig()).groups
+    controller = CanaryController(MemoryStore())
+    controller.configure(CONFIG)
+    controller.on_group_verdicts(rows)
+    verdict = evaluate(CONFIG, controller.evidence, True)
+    assert verdict.action == "rollback"
+    assert verdict.reason.startswith("numerics differ from the reference: cand")
+    # Another backend's verdict is none of the canary's business.
+    other = CanaryController(MemoryStore())
+    other.configure(CanaryConfig(name="v3", candidates=["x"], baseline=["base"]))
+    other.on_group_verdicts(rows)
+    assert other.evidence.numerics_differ is None

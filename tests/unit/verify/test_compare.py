@@ -68,3 +68,30 @@ def test_parsers() -> None:
     assert parsed[0].alternatives == (("a", -1.0), ("x", -3.0))
     assert parsed[1].alternatives == ()
     assert tokens_from_chat_logprobs(None) is None
+
+
+def test_severity_is_the_gap_to_the_primarys_token() -> None:
+    # The reference's top-3 at " sat": the primary chose " ran", third, 1.5 below the top.
+    ref = [
+        RefToken("The", -0.1, (("The", -0.1), ("A", -3.0))),
+        RefToken(" cat", -0.1, ((" cat", -0.1), (" dog", -2.0))),
+        RefToken(" sat", -0.5, ((" sat", -0.5), (" lay", -0.52), (" ran", -2.0))),
+    ]
+    result = compare("The cat ran off", "The cat sat down", ref, epsilon=0.1)
+    assert result.chosen_rank == 2
+    assert result.chosen_gap is not None and abs(result.chosen_gap - 1.5) < 1e-9
+    # Judged on the primary's token: a near tie between the reference's top two is not
+    # enough when the primary chose a token far below both.
+    assert result.verdict == "diverged"
+    assert result.position == 2 and result.char_offset == 8
+    assert result.prefix == "The cat "
+    assert (result.primary_continuation, result.reference_continuation) == ("ran off", "sat down")
+    assert result.top_logprobs[2] == (" ran", -2.0)
+
+
+def test_near_tie_against_the_primarys_token() -> None:
+    ref = [RefToken("a", -0.7, (("a", -0.69), ("b", -0.70)))]
+    result = compare("b", "a", ref, epsilon=0.1)
+    assert result.verdict == "diverged_near_tie"
+    assert result.chosen_rank == 1
+    assert result.chosen_gap is not None and abs(result.chosen_gap - 0.01) < 1e-9
