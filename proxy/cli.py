@@ -59,6 +59,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from proxy.gateway.banner import banner
+    from proxy.gateway.server_limits import uvicorn_limits
 
     try:
         settings = Settings.from_env(
@@ -105,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
-        "http": "httptools",
+        **uvicorn_limits(settings),
         "log_level": settings.log_level,
         # uvicorn's lines go through the process's logging (one format, text or JSON).
         "log_config": None,
@@ -121,12 +122,12 @@ def _serve(args: argparse.Namespace) -> int:
         path = settings.policy_path
         assert path is not None  # checked above: several workers need --config
         print(banner(settings, load_policy(path), str(path)))
-        uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
+        uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)
     else:
         from proxy.gateway.app import create_app
         from proxy.gateway.banner import announce
 
-        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)
     return 0
 
 

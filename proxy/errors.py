@@ -110,6 +110,18 @@ class UpstreamStatus(UpstreamFailure):
         self.passed = passed or []
 
 
+class UpstreamOverloaded(UpstreamStatus):
+    """The backend answered 429 or 503: busy, not broken (no ejection, a back-off)."""
+
+    @property
+    def retry_after(self) -> str | None:
+        """The backend's ``Retry-After`` value, if it sent one."""
+        for name, value in self.passed:
+            if name == b"retry-after":
+                return value.decode("latin-1")
+        return None
+
+
 class UpstreamTimeout(UpstreamFailure):
     """No first byte in time."""
 

@@ -9,6 +9,7 @@ counters summed per model, as vLLM names them, so tools that read a vLLM ``/metr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -234,6 +235,7 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._backend_families()
+        yield from self._outlier_families()
         yield from self._acceptance_families()
         yield from self._break_even_families()
         yield self._store_family()
@@ -373,6 +375,36 @@ class FleetCollector(Collector):
             for (model, pos), value in sorted(positions.items()):
                 per_pos.add_metric([model, "0", str(pos)], value)
             yield per_pos
+
+    def _outlier_families(self) -> Iterator[Metric]:
+        """Passive outlier detection and overload back-off (proxy/routing/outlier.py)."""
+        labels = ["backend", "pool"]
+        ejected = GaugeMetricFamily(
+            "specroute_backend_ejected", "1 while passively ejected", labels=labels
+        )
+        backing_off = GaugeMetricFamily(
+            "specroute_backend_backing_off", "1 while backing off after a 429/503", labels=labels
+        )
+        ejections = CounterMetricFamily(
+            "specroute_backend_ejections", "Passive ejections", labels=labels
+        )
+        suppressed = CounterMetricFamily(
+            "specroute_backend_ejections_suppressed",
+            "Ejections withheld by the cap (max share of a model, never its last backend)",
+            labels=labels,
+        )
+        overloads = CounterMetricFamily(
+            "specroute_backend_overloads", "429/503 answers taken as overload", labels=labels
+        )
+        at = time.monotonic()
+        for b in self._fleet.backends.values():
+            values = [b.name, b.spec.pool]
+            ejected.add_metric(values, 1.0 if b.ejected(at) else 0.0)
+            backing_off.add_metric(values, 1.0 if b.overloaded_until > at else 0.0)
+            ejections.add_metric(values, b.ejections)
+            suppressed.add_metric(values, b.ejections_suppressed)
+            overloads.add_metric(values, b.overloads)
+        yield from (ejected, backing_off, ejections, suppressed, overloads)
 
 
 class LatencyCollector(Collector):

@@ -51,8 +51,25 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     upstream_pool_size: int = Field(default=1024, ge=1)
 
+    # What a client can hold of the server (proxy/gateway/server_limits.py): a request
+    # header must be complete within http_header_timeout_s and at most http_max_header_bytes
+    # (else 431); idle kept-alive connections close after http_keep_alive_s; past
+    # http_limit_concurrency open connections plus requests, uvicorn answers 503.
+    http_header_timeout_s: float = Field(default=10.0, gt=0)
+    http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    http_keep_alive_s: int = Field(default=30, ge=1)
+    http_limit_concurrency: int | None = Field(default=4096, ge=1)
+
     scrape_interval_s: float = Field(default=2.0, gt=0)
     health_failures_to_eject: int = Field(default=2, ge=1)
+    # Passive outlier detection and overload back-off (proxy/routing/outlier.py; defaults
+    # after Envoy's outlier_detection).
+    outlier_consecutive_failures: int = Field(default=5, ge=1)
+    outlier_base_ejection_s: float = Field(default=30.0, gt=0)
+    outlier_max_ejection_s: float = Field(default=300.0, gt=0)
+    outlier_max_ejection_percent: float = Field(default=10.0, ge=0, le=100)
+    overload_backoff_s: float = Field(default=5.0, ge=0)
+    overload_max_backoff_s: float = Field(default=60.0, ge=0)
     store_sync_interval_s: float = Field(default=0.1, gt=0)
     log_level: str = "info"
     log_format: Literal["text", "json"] = Field(

@@ -77,7 +77,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def run_gateway(settings: Settings, *, store: Store | None = None) -> Iterator[GatewayHandle]:
+def run_gateway(
+    settings: Settings, *, store: Store | None = None, options: dict[str, Any] | None = None
+) -> Iterator[GatewayHandle]:
+    """The gateway on a free port in a thread; ``options``: extra ``uvicorn.Config`` arguments."""
     app = create_app(settings, store=store)
     port = settings.port or free_port()
     config = uvicorn.Config(
@@ -89,6 +92,7 @@ def run_gateway(settings: Settings, *, store: Store | None = None) -> Iterator[G
         access_log=False,
         timeout_graceful_shutdown=2,
         loop="asyncio",
+        **(options or {}),
     )
     server = uvicorn.Server(config)
     loop = asyncio.new_event_loop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import hmac
+import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -96,6 +97,7 @@ def _with_lines(runtime: Runtime, row: dict[str, object]) -> dict[str, object]:
 
 def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
     """The fleet as the admin API shows it."""
+    at = time.monotonic()
     return {
         "backends": [
             {
@@ -115,6 +117,14 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
                 "kv_usage": b.kv_usage,
                 "window_acceptance": b.window_acceptance,
                 "quarantined": b.quarantined,
+                "outlier": {
+                    "consecutive_failures": b.passive_failures,
+                    "ejections": b.ejections,
+                    "ejections_suppressed": b.ejections_suppressed,
+                    "ejected_for_s": round(max(b.ejected_until - at, 0.0), 3),
+                    "overloads": b.overloads,
+                    "backing_off_for_s": round(max(b.overloaded_until - at, 0.0), 3),
+                },
             }
             for b in runtime.fleet.backends.values()
         ],

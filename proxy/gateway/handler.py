@@ -21,6 +21,7 @@ from proxy.errors import (
     GatewayError,
     UpstreamClosedEarly,
     UpstreamFailure,
+    UpstreamOverloaded,
     UpstreamStatus,
     UpstreamTimeout,
     UpstreamUnreachable,
@@ -42,6 +43,7 @@ from proxy.metrics import GatewayMetrics
 from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.fleet import BackendState
+from proxy.routing.outlier import OutlierConfig, OutlierDetector, parse_retry_after
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -106,6 +108,17 @@ async def send_json(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def outlier_config(settings: Settings) -> OutlierConfig:
+    return OutlierConfig(
+        consecutive_failures=settings.outlier_consecutive_failures,
+        base_ejection_s=settings.outlier_base_ejection_s,
+        max_ejection_s=settings.outlier_max_ejection_s,
+        max_ejection_percent=settings.outlier_max_ejection_percent,
+        overload_backoff_s=settings.overload_backoff_s,
+        max_overload_backoff_s=settings.overload_max_backoff_s,
+    )
+
+
 class Gateway:
     def __init__(
         self,
@@ -117,6 +130,7 @@ class Gateway:
         *,
         listeners: Sequence[OutcomeListener] = (),
         sampler: OutputSampler | None = None,
+        outliers: OutlierDetector | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -129,6 +143,7 @@ class Gateway:
         self.credentials = credentials
         self.listeners = tuple(listeners)
         self.sampler = sampler
+        self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
 
     async def handle(self, kind: Endpoint, scope: Message, receive: Receive, send: Send) -> None:
         # os.urandom, not uuid4: the same 128 random bits at a tenth of the cost.
@@ -232,8 +247,8 @@ class Gateway:
                 last = failure
             self.metrics.retries.labels(backend.name, last.code).inc()
         if isinstance(last, UpstreamStatus):
-            # Every attempt got a 5xx: the client sees the backend's own status, message and
-            # back-off headers.
+            # Every attempt got a 5xx (or 429): the client sees the backend's own status,
+            # message and back-off headers.
             headers = [(b"x-request-id", rid), *last.passed]
             await send_json(send, last.upstream_status, last.body, headers)
             return None
@@ -253,13 +268,30 @@ class Gateway:
             await self.store.add_inflight(attempt.backend.name, 1)
             try:
                 first = await self._dispatch(attempt, watch)
+            except UpstreamOverloaded as busy:
+                after = parse_retry_after(busy.retry_after)
+                self.outliers.overloaded(attempt.backend, after, busy.health)
+                raise
             except UpstreamFailure as failure:
-                attempt.backend.mark_failure(failure.health, self.settings.health_failures_to_eject)
+                self.outliers.failed(attempt.backend, failure.health)
                 raise
             if first is not None:  # None: the client left before the first byte
                 await self._relay(attempt, first, watch, send)
+                self._passive_verdict(attempt)
         finally:
             await self._cleanup(attempt)
+
+    def _passive_verdict(self, attempt: _Attempt) -> None:
+        """Tell outlier detection how a relayed response went: a stream that broke, stalled
+        or ended without ``[DONE]`` is a failure of its backend, a complete one (or a 4xx,
+        the request's fault) a success; a client leaving says nothing about the backend."""
+        outcome = attempt.outcome
+        if outcome.client_gone:
+            return
+        if attempt.parsed.stream and outcome.status == 200 and not outcome.ok:
+            self.outliers.failed(attempt.backend, outcome.error or "stream broken")
+        else:
+            self.outliers.succeeded(attempt.backend)
 
     # -- accounting -----------------------------------------------------------------------
     def _account(
@@ -332,6 +364,9 @@ class Gateway:
                 upstream = await self.upstream.post(url, body, headers)
                 attempt.upstream = upstream
                 outcome.status = upstream.status
+                if upstream.status in (429, 503):
+                    body = await upstream.read()
+                    raise UpstreamOverloaded(backend.name, upstream.status, body, upstream.passed)
                 if upstream.status >= 500:
                     body = await upstream.read()
                     raise UpstreamStatus(backend.name, upstream.status, body, upstream.passed)

@@ -56,6 +56,17 @@ class BackendState:
     # Acceptance over the last scrape interval(s) from the counters (None: no drafts yet).
     window_acceptance: float | None = None
     quarantined: str | None = None
+    # Passive outlier detection (proxy/routing/outlier.py), apart from the active health
+    # checks above: consecutive failed requests (connect errors, timeouts, 5xx other than
+    # overload), times ejected, ejected until and last returned (monotonic seconds), and
+    # the overload back-off after a 429/503 (until, and how many were seen).
+    passive_failures: int = 0
+    ejections: int = 0
+    ejections_suppressed: int = 0
+    ejected_until: float = 0.0
+    returned_at: float = 0.0
+    overloaded_until: float = 0.0
+    overloads: int = 0
     # Break-even hysteresis state of a speculative backend (True: below its pool's
     # break-even, speculation pays). Kept here, not in a dict of the model, because it is
     # read and updated for every backend on every request; BreakEvenModel owns it.
@@ -108,11 +119,27 @@ class BackendState:
         if self.consecutive_failures >= eject_after:
             self.healthy = False
 
-    def mark_success(self) -> None:
+    def mark_success(self, at: float | None = None) -> None:
+        """A passed active health check: returns the backend unless passively ejected.
+
+        An ejected backend stays out until its ejection time is up, however its ``/health``
+        answers (a backend failing requests often still answers its health check); the
+        first passing check after that returns it.
+        """
+        at = time.monotonic() if at is None else at
         self.consecutive_failures = 0
-        self.last_error = ""
         self.checked = True
+        if self.ejected_until > at:
+            return
+        if self.ejected_until:
+            self.ejected_until = 0.0
+            self.returned_at = at
+            self.passive_failures = 0
+        self.last_error = ""
         self.healthy = True
+
+    def ejected(self, at: float) -> bool:
+        return self.ejected_until > at
 
 
 class Fleet:

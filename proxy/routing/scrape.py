@@ -2,7 +2,8 @@
 
 One loop, all backends concurrently each interval: ``GET /health`` decides health (with
 ``health_failures_to_eject`` consecutive failures before a backend is ejected, one success
-to return), ``GET /metrics`` gives engine load and the speculative-decoding counters. The
+to return, once any passive ejection by proxy/routing/outlier.py has run out), ``GET
+/metrics`` gives engine load and the speculative-decoding counters. The
 acceptance over the last window is the ratio of counter deltas, as vLLM's own logging
 computes it.
 """
@@ -106,9 +107,10 @@ class Scraper:
             if was_healthy and not backend.healthy:
                 log.warning("backend %s ejected: %s", backend.name, backend.last_error)
             return
-        if not backend.healthy and backend.checked:
+        was_out = not backend.healthy and backend.checked
+        backend.mark_success()  # an ejected backend stays out until its time is up
+        if was_out and backend.healthy:
             log.info("backend %s healthy again", backend.name)
-        backend.mark_success()
         if metrics.status_code == 200:
             try:
                 update_from_metrics(backend, metrics.text)

@@ -89,7 +89,8 @@ def test_connection_refused_is_retried_and_backend_ejected(
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     backends = [sim_backend("dead", dead, "plain"), sim_backend("ok", healthy.url, "plain")]
-    with gateway(tmp_path, backends, scrape_interval_s=30) as gw:
+    # Two refused connections in a row eject it (passive outlier detection).
+    with gateway(tmp_path, backends, scrape_interval_s=30, outlier_consecutive_failures=2) as gw:
         gw.call(
             lambda: setattr(gw.runtime.fleet.backends["dead"], "healthy", True)
         )  # as if it just died

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -20,7 +21,8 @@ class ModelFilter:
 
 
 class HealthyFilter:
-    """Backends whose last health checks passed (and not excluded by a failed attempt)."""
+    """Backends whose last health checks passed (and not excluded by a failed attempt);
+    backends backing off after a 429/503 only when no other is left."""
 
     name = "healthy"
     soft = False
@@ -112,10 +114,18 @@ class BuiltinFilters:
         # quarantined: if none was, the quarantine filter is skipped and these are kept.
         held: list[BackendState] = []
         clean = not quarantine
+        # Backends backing off after a 429/503 (proxy/routing/outlier.py): kept only when
+        # nothing else is left, since an overloaded engine still serves, just later.
+        backing_off: list[BackendState] = []
+        at = time.monotonic() if healthy else 0.0
         for b in source:
             if model is not None and b.spec.model != model:
                 continue
             if healthy and (not b.healthy or (exclude and b.name in exclude)):
+                continue
+            if b.overloaded_until > at and healthy:
+                if not capacity or b.inflight < b.max_concurrency:
+                    backing_off.append(b)
                 continue
             if quarantine and b.quarantined is not None:
                 if not capacity or b.inflight < b.max_concurrency:
@@ -125,7 +135,7 @@ class BuiltinFilters:
             if capacity and b.inflight >= b.max_concurrency:
                 continue
             kept.append(b)
-        return kept if clean else held
+        return (kept if clean else held) or backing_off
 
 
 class AcceptanceFloorFilter:

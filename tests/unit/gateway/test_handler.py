@@ -4,6 +4,7 @@ byte is classified, counted and retried on the other backend; listeners hear eve
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -40,6 +41,7 @@ class Scripted:
     body: bytes = CHAT
     error: UpstreamError | None = None
     silent: bool = False
+    passed: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 class FakeResponse:
@@ -82,7 +84,7 @@ class FakeUpstream:
             raise step.error
         if step.silent:
             await asyncio.sleep(10)
-        return FakeResponse(step.status, step.body)
+        return FakeResponse(step.status, step.body, step.passed)
 
 
 @dataclass
@@ -185,3 +187,42 @@ async def test_every_attempt_unreachable_is_an_openai_error() -> None:
     status, body = await call(gateway)
     assert status == 502
     assert orjson.loads(body)["error"]["code"] == "upstream_unreachable"
+
+
+async def test_overload_everywhere_backs_off_and_relays_retry_after() -> None:
+    busy = Scripted(status=429, body=b'{"error": "slow down"}', passed=[(b"retry-after", b"7")])
+    gateway, upstream, _ = build([busy, busy])
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hello"}]})
+    received = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return received.pop(0)
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "headers": []}
+    await gateway.handle(Endpoint.CHAT, scope, receive, send)
+    assert sent[0]["status"] == 429
+    assert (b"retry-after", b"7") in sent[0]["headers"]
+    assert sent[1]["body"] == busy.body
+    assert len(upstream.urls) == 2
+    now = time.monotonic()
+    for b in gateway.runtime.fleet.backends.values():
+        assert b.healthy and b.passive_failures == 0 and b.overloads == 1
+        assert 6 < b.overloaded_until - now <= 7
+
+
+async def test_a_stream_broken_after_its_first_byte_counts_toward_ejection() -> None:
+    truncated = Scripted(body=b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n')
+    gateway, upstream, _ = build([truncated, Scripted(body=STREAM)])
+    await call(gateway, stream=True)
+    [url] = upstream.urls
+    broken = gateway.runtime.fleet.backends[url.split("/")[3]]
+    assert broken.passive_failures == 1
+    assert "ended the stream" in broken.last_error
+    for other in gateway.runtime.fleet.backends.values():
+        other.healthy = other is broken  # the next request goes there too
+    await call(gateway, stream=True)
+    assert broken.passive_failures == 0  # a complete stream ends the run

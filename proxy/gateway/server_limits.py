@@ -1,0 +1,111 @@
+"""Limits on what a client can hold of the server: header size, header time, connections.
+
+uvicorn (0.55) bounds keep-alive idleness (``timeout_keep_alive``) and concurrency
+(``limit_concurrency``: a 503 past it), but neither of its HTTP implementations times out a
+request whose header never completes (no timer runs between a connection's opening, or a
+keep-alive request's first byte, and the end of its header), and its httptools
+implementation puts no limit on the header's size (h11's ``max_incomplete_event_size`` is
+for the h11 implementation only). :class:`LimitedHttpToolsProtocol` adds both to the
+httptools implementation ``specroute serve`` runs: a header must be complete within
+``http_header_timeout_s`` of its first byte (of the connection, for the first request) or
+the connection is closed, and one larger than ``http_max_header_bytes`` gets 431.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from proxy.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderLimits:
+    timeout_s: float
+    max_bytes: int
+
+
+class HeaderTooLarge(Exception):
+    """Raised from a parser callback to stop parsing an oversized header."""
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, *args: Any, limits: HeaderLimits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._limits = limits
+        self._header_bytes = 0
+        self._too_large = False
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._arm()  # the next request on a kept-alive connection: its header is timed too
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._too_large:
+            super().send_400_response(msg)
+            return
+        body = b"Request header fields too large."
+        head = STATUS_LINE[431] + b"content-type: text/plain; charset=utf-8\r\n"
+        size = b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
+        self.transport.write(head + size + b"connection: close\r\n\r\n" + body)
+        self.transport.close()
+
+    def _count(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > self._limits.max_bytes:
+            # httptools turns this into a parser error, which uvicorn answers through
+            # send_400_response (431 here) before closing the connection.
+            self._too_large = True
+            raise HeaderTooLarge
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self._limits.timeout_s, self._header_timeout)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.logger.debug("closing a connection whose request header did not complete")
+            self.transport.close()
+
+
+def uvicorn_limits(settings: Settings) -> dict[str, Any]:
+    """The keyword arguments of ``uvicorn.run`` that bound what clients can hold."""
+    limits = HeaderLimits(settings.http_header_timeout_s, settings.http_max_header_bytes)
+    return {
+        # A partial of a module-level class, so that it pickles for ``--workers N``.
+        "http": functools.partial(LimitedHttpToolsProtocol, limits=limits),
+        "timeout_keep_alive": settings.http_keep_alive_s,
+        "limit_concurrency": settings.http_limit_concurrency,
+    }

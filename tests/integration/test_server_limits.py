@@ -1,0 +1,74 @@
+"""Slow and oversized request headers against the limits ``specroute serve`` sets."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.gateway.server_limits import uvicorn_limits
+from proxy.settings import Settings
+from proxy.sim.config import SimConfig
+from proxy.sim.server import run_sim_in_thread
+from tests.gateway_rig import run_gateway, sim_backend, write_policy
+
+HALF_HEADER = b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: applic"
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with run_sim_in_thread(SimConfig()) as sim:
+        path = write_policy(
+            Path(tmp_path_factory.mktemp("limits")) / "policy.yaml",
+            {"backends": [sim_backend("b0", sim.url, "plain")]},
+        )
+        settings = Settings(policy_path=path, port=0, http_header_timeout_s=1.0)
+        with run_gateway(settings, options=uvicorn_limits(settings)) as handle:
+            yield handle
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_half_sent_headers_are_closed_within_the_header_timeout(gw: Any) -> None:
+    port = int(gw.url.rsplit(":", 1)[1])
+    socks = []
+    try:
+        started = time.monotonic()
+        for _ in range(200):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(HALF_HEADER)
+            socks.append(sock)
+        # Others are still served while the half-sent headers wait.
+        assert httpx.get(gw.url + "/health", timeout=5).status_code == 200
+        closed = 0
+        for sock in socks:  # one deadline for all: 4 s after the first connection
+            sock.settimeout(max(started + 4.0 - time.monotonic(), 0.01))
+            closed += closed_by_peer(sock)
+        elapsed = time.monotonic() - started
+    finally:
+        for sock in socks:
+            sock.close()
+    assert closed == 200
+    assert elapsed < 4.0  # the timeout is 1 s; the rest is slack for a loaded machine
+
+
+def test_a_200_kb_header_is_refused_with_431(gw: Any) -> None:
+    body = {"model": "sim-llama-8b", "messages": [{"role": "user", "content": "hi"}]}
+    resp = httpx.post(
+        gw.url + "/v1/chat/completions", json=body, headers={"x-big": "a" * 200_000}, timeout=10
+    )
+    assert resp.status_code == 431
+    ok = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10)
+    assert ok.status_code == 200
