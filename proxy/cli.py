@@ -74,6 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
                 "log_level": args.log_level,
                 "log_format": args.log_format,
                 "sim_logs": args.sim_logs or None,
+                "access_log": args.access_log or None,
                 "traffic_log_path": args.traffic_log,
                 "keys_file": args.keys_file,
             }
@@ -224,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=None)
     serve.add_argument(
         "--log-format", choices=["text", "json"], default=None, help="json: one object per line"
+    )
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="one line per relayed request (id, tenant, class, backend, reason, status, TTFT)",
     )
     serve.add_argument(
         "--sim-logs",

@@ -59,6 +59,8 @@ class RequestInfo:
     # it asked for, if any.
     prompt_bytes: int = 0
     max_tokens: int | None = None
+    # The caller's tenant (its API key's), None in open mode.
+    tenant: str | None = None
 
 
 class RouteKind(enum.StrEnum):

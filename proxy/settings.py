@@ -75,6 +75,9 @@ class Settings(BaseModel):
     log_format: Literal["text", "json"] = Field(
         default="text", description="json: one JSON object per line, for log pipelines"
     )
+    access_log: bool = Field(
+        default=False, description="one line per relayed request on the specroute.access logger"
+    )
     sim_logs: bool = Field(
         default=False, description="let the embedded simulators log their own start/stop lines"
     )

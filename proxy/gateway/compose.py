@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from proxy.gateway.access_log import AccessLog
 from proxy.gateway.auth import FrontDoor
 from proxy.gateway.console import RecentRequests
 from proxy.gateway.handler import Gateway
@@ -88,7 +89,8 @@ def compose(
     observer = Observer(store, fleet, acceptance, break_even, metrics, latency)
     recent = RecentRequests()  # the console's rows
     traffic = tuple(traffic_log(settings, store, metrics.registry))
-    listeners: tuple[OutcomeListener, ...] = (observer, shadow, canary, recent, *traffic)
+    access = (AccessLog(),) if settings.access_log else ()
+    listeners: tuple[OutcomeListener, ...] = (observer, shadow, canary, recent, *traffic, *access)
     gateway = Gateway(
         settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
     )

@@ -160,11 +160,13 @@ class Gateway:
             if parsed.model not in self.runtime.models:
                 raise GatewayError(
                     404,
-                    f"The model `{parsed.model}` does not exist.",
+                    # Cut: the name is the client's, and may be megabytes long.
+                    f"The model `{parsed.model[:256]}` does not exist.",
                     param="model",
                     code="model_not_found",
                 )
             info = self._request_info(parsed, scope, request_id)
+            info.tenant = tenant.name if tenant is not None else None
             reserve = estimate_prompt_tokens(raw) + requested_output_tokens(parsed.body)
             admission = await self.door.admit(tenant, parsed.model, reserve, request_id)
             caller = self._caller(scope, admission)

@@ -63,7 +63,9 @@ class TrafficRecord:
         return orjson.dumps(asdict(self))
 
 
-def record_of(parsed: ParsedRequest, outcome: Outcome, *, with_text: bool) -> TrafficRecord:
+def record_of(
+    parsed: ParsedRequest, outcome: Outcome, *, with_text: bool, tenant: str | None = None
+) -> TrafficRecord:
     """The log record of one finished request (wall-clock arrival from its monotonic start)."""
     arrival = time.time() - (time.monotonic() - outcome.started)
     spec = outcome.spec or {}
@@ -88,6 +90,7 @@ def record_of(parsed: ParsedRequest, outcome: Outcome, *, with_text: bool) -> Tr
         tpot_s=outcome.tpot,
         status=outcome.status,
         ok=outcome.ok,
+        tenant=tenant,
         prompt=prompt,
     )
 
@@ -170,7 +173,10 @@ class TrafficLog:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._drain(), name="traffic-log")
         try:
-            self._queue.put_nowait(record_of(request, outcome, with_text=self._with_text))
+            record = record_of(
+                request, outcome, with_text=self._with_text, tenant=route.request.tenant
+            )
+            self._queue.put_nowait(record)
         except asyncio.QueueFull:
             self.dropped.labels("queue_full").inc()
 
