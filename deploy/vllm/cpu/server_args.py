@@ -23,6 +23,7 @@ SERVER_NAMES = ("plain", "ngram", "draft-good", "draft-bad")
 # float32 reference, which the shadow's numerics test must flag.
 EXTRA_SERVER_NAMES = ("plain-keyed", "ngram-bf16")
 DTYPES = {"ngram-bf16": "bfloat16"}  # every other server: float32
+KEYED_SERVER_NAMES = ("plain-keyed",)  # started with --api-key
 NGRAM_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 4,

@@ -27,6 +27,7 @@ try:
         DEFAULT_VENV,
         DTYPES,
         EXTRA_SERVER_NAMES,
+        KEYED_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
         server_command,
@@ -40,6 +41,7 @@ except ImportError:  # run as a script: only this directory is on sys.path
         DEFAULT_VENV,
         DTYPES,
         EXTRA_SERVER_NAMES,
+        KEYED_SERVER_NAMES,
         SERVED_MODEL_NAME,
         SERVER_NAMES,
         server_command,
@@ -130,7 +132,7 @@ def _spawn(
     name: str, model_dirs: Mapping[str, Path], python: Path, log_dir: Path, cpu: int
 ) -> VllmServer:
     spec = speculative_config(name, model_dirs)
-    api_key = secrets.token_urlsafe(16) if name in EXTRA_SERVER_NAMES else None
+    api_key = secrets.token_urlsafe(16) if name in KEYED_SERVER_NAMES else None
     port = free_port()
     log_path = log_dir / f"vllm-{name}.log"
     # Appends, so a respawn after a lost port race keeps the first attempt's story.
