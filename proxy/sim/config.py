@@ -51,6 +51,9 @@ class SimConfig(BaseModel):
     max_num_seqs: int = Field(default=256, gt=0)
     faults: Faults = Field(default_factory=Faults)
     acceptance: dict[PromptClass, float] | None = None
+    # As vLLM's --enable-prefix-caching (on by default in vLLM's V1 engine) and --block-size.
+    prefix_caching: bool = True
+    block_size: int = Field(default=16, gt=0)
     # As vLLM's --api-key: a bearer token required on the /v1 and /v2 paths only.
     api_key: str | None = None
 

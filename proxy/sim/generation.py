@@ -59,6 +59,7 @@ class GenerationHandler:
             request_id=request_id,
             prompt_text=parsed.prompt_text,
             prompt_tokens=len(parsed.prompt_ids),
+            prompt_ids=parsed.prompt_ids,
             prompt_class=parsed.prompt_class,
             overlap=parsed.overlap,
             max_tokens=parsed.max_tokens,

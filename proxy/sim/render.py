@@ -32,11 +32,28 @@ class ResponseContext:
     fingerprint: str
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached: int = 0) -> dict[str, Any]:
+    """vLLM's usage; ``prompt_tokens_details`` appears only when prefix-cache hits did.
+
+    vLLM fills it when served with ``--enable-prompt-tokens-details`` and the request had
+    cached tokens; the simulator behaves as if that flag were always given.
+    """
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
+    }
+    if cached:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out
+
+
+def final_usage(prompt_tokens: int, seq: Sequence) -> dict[str, Any]:
+    """The usage of a non-streamed response: both details keys always present."""
+    details = {"cached_tokens": seq.cached_tokens} if seq.cached_tokens else None
+    return usage(prompt_tokens, len(seq.output)) | {
+        "prompt_tokens_details": details,
+        "completion_tokens_details": None,
     }
 
 
@@ -82,7 +99,7 @@ class ChunkRenderer:
 
     def usage_chunk(self, seq: Sequence) -> bytes:
         extra: dict[str, Any] = {
-            "usage": usage(self.prompt_tokens, len(seq.output)),
+            "usage": usage(self.prompt_tokens, len(seq.output), seq.cached_tokens),
             "system_fingerprint": self.ctx.fingerprint,
         }
         metrics = spec_metrics(seq, streaming=True) if self.ctx.spec_metrics else None
