@@ -27,6 +27,7 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
+from proxy.routing.prefix import PrefixIndex
 from proxy.routing.scheduler import registry
 from proxy.routing.scheduler.base import (
     BackendNote,
@@ -123,12 +124,14 @@ class Scheduler:
         break_even: BreakEvenModel,
         canary: CanarySplit | None = None,
         latency: LatencyModel | None = None,
+        prefix: PrefixIndex | None = None,
     ) -> None:
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
         self.canary = canary
         self.latency = latency or LatencyModel(policy, acceptance)
+        self.prefix = prefix
         self.policy = policy
         self._profile = self.build_profile(policy)
 
@@ -180,6 +183,7 @@ class Scheduler:
             self.latency,
             self.canary,
             explain=explain,
+            prefix=self.prefix,
         )
 
     def _filter(
