@@ -90,6 +90,7 @@ class GenerationHandler:
             vocab=self.engine.vocab,
             spec_metrics=config.speculative and config.per_request_spec_metrics,
             fingerprint=self.fingerprint,
+            prompt_details=config.enable_prompt_tokens_details,
         )
         if kind == "responses":
             return ResponsesRenderer(ctx, data)

@@ -60,7 +60,7 @@ class ChatRenderer(ChunkRenderer):
         if req.continuous_usage:
             return self.frame(
                 [choice],
-                usage=usage(self.prompt_tokens, end, seq.cached_tokens)
+                usage=usage(self.prompt_tokens, end, self.cached(seq))
                 | {"completion_tokens_details": None},
             )
         return self.frame([choice], **self.terminal_extra(finish_reason))
@@ -115,7 +115,7 @@ class ChatRenderer(ChunkRenderer):
                 "choices": [choice],
                 "service_tier": None,
                 "system_fingerprint": ctx.fingerprint,
-                "usage": final_usage(self.prompt_tokens, seq),
+                "usage": final_usage(self.prompt_tokens, seq, self.cached(seq)),
                 "prompt_logprobs": None,
                 "prompt_token_ids": req.prompt_ids if req.return_token_ids else None,
                 "prompt_text": None,

@@ -214,7 +214,8 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
 
 
 def test_a_follow_up_turn_goes_where_its_prefix_is_cached(tmp_path: Path) -> None:
-    with run_sim_in_thread(SimConfig()) as one, run_sim_in_thread(SimConfig()) as two:
+    config = SimConfig(enable_prompt_tokens_details=True)
+    with run_sim_in_thread(config) as one, run_sim_in_thread(config) as two:
         urls = {"plain-0": one.url, "plain-1": two.url}
         policy = {
             "backends": [sim_backend(name, url, "plain") for name, url in urls.items()],
@@ -242,7 +243,7 @@ def test_a_follow_up_turn_goes_where_its_prefix_is_cached(tmp_path: Path) -> Non
             timeout=30,
         )
     assert again.headers["x-specroute-backend"] == served
-    assert first.json()["usage"]["prompt_tokens_details"] is None
+    assert first.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
     cached = again.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 0.5 * first.json()["usage"]["prompt_tokens"]
-    assert elsewhere.json()["usage"]["prompt_tokens_details"] is None
+    assert elsewhere.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}

@@ -88,7 +88,7 @@ async def test_prefix_caching_can_be_switched_off() -> None:
 
 
 async def test_usage_reports_cached_tokens_like_vllm() -> None:
-    app = SimApp(fast_config(model="tiny"))
+    app = SimApp(fast_config(model="tiny", enable_prompt_tokens_details=True))
     transport = httpx.ASGITransport(app=app)
     http = httpx.AsyncClient(transport=transport, base_url="http://sim/v1")
     client = AsyncOpenAI(base_url="http://sim/v1", api_key="x", http_client=http)
@@ -115,7 +115,8 @@ async def test_usage_reports_cached_tokens_like_vllm() -> None:
     finally:
         await http.aclose()
         await app.engine.stop()
-    assert cold.usage is not None and cold.usage.prompt_tokens_details is None
+    assert cold.usage is not None and cold.usage.prompt_tokens_details is not None
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
     assert warm.usage is not None and warm.usage.prompt_tokens_details is not None
     cached = warm.usage.prompt_tokens_details.cached_tokens
     assert cached is not None and 0 < cached < warm.usage.prompt_tokens
@@ -123,3 +124,17 @@ async def test_usage_reports_cached_tokens_like_vllm() -> None:
     usage = streamed[-1].usage
     assert usage is not None and usage.prompt_tokens_details is not None
     assert usage.prompt_tokens_details.cached_tokens == cached
+
+
+async def test_usage_leaves_the_details_out_by_default_as_vllm_does() -> None:
+    app = SimApp(fast_config(model="tiny"))
+    transport = httpx.ASGITransport(app=app)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi " * 80}]}
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as http:
+            for _ in range(2):
+                resp = await http.post("/v1/chat/completions", json=body | {"max_tokens": 2})
+                assert resp.json()["usage"]["prompt_tokens_details"] is None
+    finally:
+        await app.engine.stop()
+    assert app.engine.prefix_cache is not None and app.engine.prefix_cache.hits > 0

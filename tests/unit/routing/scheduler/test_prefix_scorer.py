@@ -90,3 +90,21 @@ def test_bad_params_are_refused_when_the_policy_loads() -> None:
     routing = {"scorers": [{"type": "prefix_affinity", "params": {"min_chunks": 0}}]}
     with pytest.raises((PluginError, ValueError)):
         Scheduler.build_profile(make_policy(backend("a", "plain"), routing=routing))
+
+
+def test_the_fused_pass_plus_affinity_gives_the_per_scorer_totals() -> None:
+    s, index = scheduler(
+        backend("plain-0", "plain"),
+        backend("ngram-0", "ngram", "ngram", 4),
+        backend("eagle-0", "eagle3", "eagle3", 3, weight=2.0),
+    )
+    assert s._profile.builtin is not None and len(s._profile.extra) == 1
+    index.record(CHUNKS[:4], "ngram-0")
+    index.record(CHUNKS, "plain-0")
+    for i, b in enumerate(s.fleet.backends.values()):
+        b.others_inflight = 30 * i
+    request = RequestInfo("m", "code", prefix_chunks=CHUNKS)
+    fast = s.schedule(request)
+    explained = s.schedule(request, explain=True).full_order or []
+    by_name = {c.backend.name: c.total for c in explained}
+    assert dict(zip([b.name for b in fast.backends], fast.totals, strict=True)) == by_name
