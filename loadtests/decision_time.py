@@ -1,7 +1,7 @@
 """Routing decision time with a large fleet: classify + schedule, per request.
 
     python -m loadtests.decision_time [--backends 64] [--requests 20000] [--quick] [--json PATH]
-        [--routing default|latency]
+        [--routing default|latency|affinity]
 
 Target (routing issue): p99 under 100 microseconds per request with 64 backends. Measured
 in-process with time.perf_counter_ns around exactly what the request path runs: the
@@ -29,6 +29,7 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.classify import Classifier
 from proxy.routing.fleet import Fleet
+from proxy.routing.prefix import PrefixIndex, prompt_chunks
 from proxy.routing.scheduler.scheduler import Scheduler
 
 BODIES = [
@@ -63,10 +64,20 @@ BODIES = [
 ]
 
 
-# ``--routing``: the shipped default profile, or the latency scorer alone.
+# ``--routing``: the shipped default profile, the latency scorer alone, or the default
+# scorers plus ``prefix_affinity`` over a full prefix index (the request's chunk hashing,
+# on the request path, timed with the decision).
 ROUTINGS: dict[str, dict[str, Any] | None] = {
     "default": None,
     "latency": {"scorers": [{"type": "latency"}]},
+    "affinity": {
+        "scorers": [
+            {"type": "break_even", "weight": 4, "params": {"plain_score": 1.0}},
+            {"type": "acceptance", "weight": 1},
+            {"type": "load", "weight": 4, "params": {"prefill_tokens_full": 16384}},
+            {"type": "prefix_affinity", "weight": 2},
+        ]
+    },
 }
 
 
@@ -98,11 +109,26 @@ def fleet_policy(n: int, routing: dict[str, Any] | None = None) -> Policy:
     return Policy.model_validate(document)
 
 
-def _scheduler(policy: Policy, seed: int) -> Scheduler:
+def full_index(names: list[str], raws: list[bytes], seed: int) -> PrefixIndex:
+    """A prefix index at capacity, each chunk with several holders; every benchmark
+    body's chunks held by two backends, so the scorer walks their whole run."""
+    rng = random.Random(seed)
+    index = PrefixIndex()
+    while len(index) < index.capacity:
+        chunks = [rng.getrandbits(63) for _ in range(16)]
+        for name in rng.sample(names, index.holders_per_chunk):
+            index.record(chunks, name)
+    for i, raw in enumerate(raws):
+        for name in (names[i], names[-1 - i]):
+            index.record(prompt_chunks(orjson.loads(raw)), name)
+    return index
+
+
+def _scheduler(policy: Policy, seed: int, prefix: PrefixIndex | None = None) -> Scheduler:
     rng = random.Random(seed)
     fleet = Fleet(policy)
     acceptance = AcceptanceTracker(policy.acceptance)
-    scheduler = Scheduler(policy, fleet, acceptance, BreakEvenModel(policy))
+    scheduler = Scheduler(policy, fleet, acceptance, BreakEvenModel(policy), prefix=prefix)
     for b in fleet.backends.values():
         b.healthy = True
         if b.speculative:
@@ -133,9 +159,11 @@ def measure(
     included); the load under the scheduler moves every 50 requests, as in production."""
     rng = random.Random(seed)
     policy = fleet_policy(backends, ROUTINGS[routing])
-    scheduler = _scheduler(policy, seed)
-    classifier = Classifier(policy.classifier)
     raws = [orjson.dumps(b) for b in BODIES]
+    affinity = routing == "affinity"
+    names = [b.name for b in policy.backends]
+    scheduler = _scheduler(policy, seed, full_index(names, raws, seed) if affinity else None)
+    classifier = Classifier(policy.classifier)
     loads = [[rng.randint(0, 120) for _ in range(backends)] for _ in range(requests // 50 + 1)]
     states = list(scheduler.fleet.backends.values())
     timings: dict[str, list[int]] = {"classify": [], "decision": [], "decision_cpu": []}
@@ -153,7 +181,10 @@ def measure(
         label = classifier.classify(body).label
         t1, c1 = wall(), cpu()
         raw = raws[i % len(raws)]
-        request = RequestInfo("m", label, request_id=str(i), prompt_bytes=len(raw))
+        chunks = prompt_chunks(body) if affinity else ()
+        request = RequestInfo(
+            "m", label, request_id=str(i), prompt_bytes=len(raw), prefix_chunks=chunks
+        )
         decision = scheduler.schedule(request)
         scheduler.reason(decision)  # the route header is part of the decision's cost
         t2, c2 = wall(), cpu()

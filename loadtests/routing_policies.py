@@ -43,7 +43,10 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
 - ``specroute-prefill-load6``: ``specroute-prefill`` with the load scorer at weight 6
   (load outweighs the acceptance bias sooner);
 - ``specroute-prefill-be2``: ``specroute-prefill`` with the break-even scorer at weight 2
-  (past break-even a speculative backend loses half as much: a softer cap).
+  (past break-even a speculative backend loses half as much: a softer cap);
+- ``specroute-affinity``: the shipped profile's scorers (``specroute-prefill``'s weights)
+  plus the ``prefix_affinity`` scorer at weight 2 (a follow-up or a second question on a
+  document goes where its prefix is likely cached, while the others rate backends alike).
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -92,6 +95,7 @@ EXPERIMENTS = (
     "specroute-prefill-8k",
     "specroute-prefill-load6",
     "specroute-prefill-be2",
+    "specroute-affinity",
 )
 POLICIES = DEFAULT_POLICIES + EXPERIMENTS
 # The per-phase envelope: in each phase, the best of the policies that do not learn.
@@ -218,6 +222,10 @@ def build_policy(
             **_specroute("learned", break_even),
             "routing": _scorers(*_EXPERIMENT_SCORERS[name]),
         }
+    elif name == "specroute-affinity":
+        routing = _scorers(4.0, 1.0, 4.0, 16384)
+        routing["scorers"].append({"type": "prefix_affinity", "weight": 2.0})
+        policy |= {"backends": everything, **_specroute("learned", break_even), "routing": routing}
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     return policy

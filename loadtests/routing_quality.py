@@ -12,6 +12,7 @@ at every phase change, with hindsight).
     specroute bench routing-quality                 # full run (about 15 minutes)
     specroute bench routing-quality --quick         # reduced: 3 policies, short trace
     specroute bench routing-quality --workload production   # issue 15's traffic shape
+    specroute bench routing-quality --workload shared --quick   # sessions, shared documents
 
 Workloads: ``synthetic`` (the closed-loop trace below over loadtests/prompts.py's mix)
 and ``production`` (open-loop Poisson arrivals at light, stressed and saturated rates of
@@ -51,6 +52,7 @@ from loadtests.routing_policies import (
     speculative_names,
 )
 from loadtests.routing_report import render
+from loadtests.shared_prompts import SHARED_MAKERS, SHARED_MIX
 from loadtests.simfleet import MODEL, EndpointFleet, SimFleet, SimSpec, gateway, step_lag
 from loadtests.summary import Slo, metrics_acceptance, summarize
 from loadtests.traces import Phase, format_trace, parse_trace
@@ -63,10 +65,15 @@ PRODUCTION_TRACE = "r10@5,r40@5,r70@5"
 PRODUCTION_QUICK_TRACE = "r10@3,r40@3,r70@3"
 QUICK_POLICIES = ("least-loaded", "all-plain", "specroute-learned")
 PRODUCTION_QUICK_POLICIES = ("round-robin", "least-loaded", "specroute-latency")
+# Sessions and shared documents (loadtests/shared_prompts.py): the prefix-affinity case.
+SHARED_TRACE = "c8@4,c48@4,c128@4,c8@4"
+SHARED_QUICK_TRACE = "c8@2,c48@2,c8@2"
+SHARED_POLICIES = ("least-loaded", "specroute-learned", "specroute-affinity")
 # Per workload: (full trace, quick trace, mix, request shapes: None for loadtests/prompts.py).
 WORKLOADS: dict[str, tuple[str, str, Mapping[str, float], Mapping[str, Maker] | None]] = {
     "synthetic": (FULL_TRACE, QUICK_TRACE, DEFAULT_MIX, None),
     "production": (PRODUCTION_TRACE, PRODUCTION_QUICK_TRACE, PRODUCTION_MIX, PRODUCTION_MAKERS),
+    "shared": (SHARED_TRACE, SHARED_QUICK_TRACE, SHARED_MIX, SHARED_MAKERS),
 }
 
 
@@ -119,6 +126,28 @@ async def spec_counters(fleet: SimFleet | EndpointFleet) -> dict[str, float]:
     return total
 
 
+async def prefix_cache_counters(fleet: SimFleet | EndpointFleet) -> dict[str, float]:
+    """``vllm:prefix_cache_{queries,hits}`` summed over every backend."""
+    total: dict[str, float] = {}
+    for spec in fleet.specs:
+        for key, value in (
+            await fetch_metrics(fleet.url(spec.name), ["vllm:prefix_cache"])
+        ).items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+def prefix_hit_rate(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """Prompt tokens looked up and found in the engines' prefix caches over a run."""
+    queries = after.get("vllm:prefix_cache_queries_total", 0.0) - before.get(
+        "vllm:prefix_cache_queries_total", 0.0
+    )
+    hits = after.get("vllm:prefix_cache_hits_total", 0.0) - before.get(
+        "vllm:prefix_cache_hits_total", 0.0
+    )
+    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries else None}
+
+
 async def run_policy(
     plan: Plan,
     name: str,
@@ -138,6 +167,7 @@ async def run_policy(
         async with gateway(policy, workdir, name) as gw:
             engines_before = await fleet.engine_states()
             counters_before = await spec_counters(fleet)
+            cache_before = await prefix_cache_counters(fleet)
             generator = LoadGenerator(
                 gw.url,
                 plan.model,
@@ -151,12 +181,14 @@ async def run_policy(
             extra = inspect(run) if inspect is not None else {}
             lag = step_lag(engines_before, await fleet.engine_states())
             acceptance = metrics_acceptance(counters_before, await spec_counters(fleet))
+            prefix_cache = prefix_hit_rate(cache_before, await prefix_cache_counters(fleet))
             break_even = (await admin_json(gw.url, "/admin/break-even"))["pools"]
             prediction = await prediction_quality(gw.url, plan.time_scale)
     result = analyse(run, plan)
     result |= {
         "lag": lag,
         "metrics_acceptance": acceptance,
+        "prefix_cache": prefix_cache,
         "break_even": break_even,
         "prediction": prediction,
         **extra,
@@ -298,7 +330,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     # Production prompts cost the host more per request (long prompts to tokenise and
     # classify): its engines run slower so the host keeps up with them.
     default_scale = (2.0 if args.quick else 3.0) if synthetic else 4.0
-    quick_policies = QUICK_POLICIES if synthetic else PRODUCTION_QUICK_POLICIES
+    quick_policies = {"synthetic": QUICK_POLICIES, "production": PRODUCTION_QUICK_POLICIES}.get(
+        args.workload, SHARED_POLICIES
+    )
     plan = Plan(
         workload=args.workload,
         trace=parse_trace(args.trace or (quick if args.quick else full)),

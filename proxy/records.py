@@ -61,6 +61,8 @@ class RequestInfo:
     max_tokens: int | None = None
     # The caller's tenant (its API key's), None in open mode.
     tenant: str | None = None
+    # Chained hashes of its prompt's leading chunks (proxy.routing.prefix), for affinity.
+    prefix_chunks: tuple[int, ...] = ()
 
 
 class RouteKind(enum.StrEnum):

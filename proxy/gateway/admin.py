@@ -22,6 +22,7 @@ from proxy.gateway.runtime import Runtime
 from proxy.policy import PolicyError
 from proxy.policy.manager import PolicyManager
 from proxy.records import Endpoint, RequestInfo
+from proxy.routing.prefix import prompt_chunks
 from proxy.verify.canary import AUDIT_LOG, CanaryController
 from proxy.verify.shadow import SHADOW_LOG, ShadowVerifier
 
@@ -254,6 +255,7 @@ def admin_router() -> APIRouter:
             request.headers.get("x-specroute-session"),
             prompt_bytes=len(raw),
             max_tokens=requested_output_tokens(parsed.body) or None,
+            prefix_chunks=prompt_chunks(parsed.body),
         )
         decision = runtime.scheduler.schedule(info, explain=True)
         explained = runtime.scheduler.explain(decision)

@@ -27,6 +27,7 @@ from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
+from proxy.routing.prefix import PrefixIndex
 from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -75,7 +76,8 @@ def compose(
     )
     shadow.on_policy(policy)
     latency = LatencyModel(policy, acceptance)
-    scheduler = Scheduler(policy, fleet, acceptance, break_even, canary, latency)
+    prefix = PrefixIndex()
+    scheduler = Scheduler(policy, fleet, acceptance, break_even, canary, latency, prefix)
     runtime = Runtime(
         policy,
         store,
@@ -90,7 +92,15 @@ def compose(
     recent = RecentRequests()  # the console's rows
     traffic = tuple(traffic_log(settings, store, metrics.registry))
     access = (AccessLog(),) if settings.access_log else ()
-    listeners: tuple[OutcomeListener, ...] = (observer, shadow, canary, recent, *traffic, *access)
+    listeners: tuple[OutcomeListener, ...] = (
+        observer,
+        shadow,
+        canary,
+        recent,
+        prefix,
+        *traffic,
+        *access,
+    )
     gateway = Gateway(
         settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
     )

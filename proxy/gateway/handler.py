@@ -44,6 +44,7 @@ from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.fleet import BackendState
 from proxy.routing.outlier import OutlierConfig, OutlierDetector, parse_retry_after
+from proxy.routing.prefix import prompt_chunks
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -196,6 +197,7 @@ class Gateway:
             request_id,
             prompt_bytes=len(parsed.raw),
             max_tokens=requested_output_tokens(parsed.body) or None,
+            prefix_chunks=prompt_chunks(parsed.body),
         )
 
     def _caller(self, scope: Message, admission: Admission | None) -> _Caller:

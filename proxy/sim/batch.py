@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from proxy.sim.prefix_cache import PrefixCache
 from proxy.sim.profile import EngineProfile, SpecMethod, StepCostModel
 from proxy.sim.sequence import Sequence
 
@@ -33,12 +34,14 @@ class Batch:
         max_num_seqs: int,
         method: SpecMethod,
         k: int,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self._profile = profile
         self._costs = costs
         self._max_num_seqs = max_num_seqs
         self._method = method
         self._k = k
+        self.prefix_cache = prefix_cache
         self.running: dict[Sequence, None] = {}
         self.waiting: deque[Sequence] = deque()
         self.delayed: set[Sequence] = set()  # held back by the ttft_delay_ms fault
@@ -73,6 +76,11 @@ class Batch:
                 break
             self.waiting.popleft()
             seq.admitted_at = now
+            if self.prefix_cache is not None and seq.block_hashes:
+                # Looked up at admission, as vLLM's scheduler does: blocks computed while
+                # this request waited count. Cached blocks skip prefill.
+                seq.cached_tokens = self.prefix_cache.match(seq.block_hashes, seq.prompt_tokens)
+                seq.prefill_left = seq.prompt_tokens - seq.cached_tokens
             self.running[seq] = None
             self.kv_used += seq.prompt_tokens
 

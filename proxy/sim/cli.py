@@ -39,6 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="summary",
         help="add metrics.speculative_decoding to responses (as vLLM's flag)",
     )
+    parser.add_argument(
+        "--no-enable-prefix-caching", action="store_true", help="no prefix cache (as vLLM's)"
+    )
+    parser.add_argument("--block-size", type=int, default=16, help="prefix-cache block tokens")
+    parser.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="usage reports prompt_tokens_details.cached_tokens (as vLLM's flag)",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--api-key", help="require this bearer token on /v1 and /v2 (as vLLM)")
     faults = parser.add_argument_group("faults (also switchable at run time: /admin/faults)")
@@ -79,6 +88,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         per_request_spec_metrics=args.per_request_spec_decode_metrics == "summary",
         faults=faults,
         api_key=args.api_key,
+        prefix_caching=not args.no_enable_prefix_caching,
+        block_size=args.block_size,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
     )
     if args.profile:
         config = config.model_copy(update={"profile": load_profile(args.profile)})

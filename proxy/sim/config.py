@@ -51,6 +51,13 @@ class SimConfig(BaseModel):
     max_num_seqs: int = Field(default=256, gt=0)
     faults: Faults = Field(default_factory=Faults)
     acceptance: dict[PromptClass, float] | None = None
+    # As vLLM's --enable-prefix-caching (on by default in vLLM's V1 engine) and --block-size.
+    prefix_caching: bool = True
+    block_size: int = Field(default=16, gt=0)
+    # As vLLM's --enable-prompt-tokens-details (off by default): usage then carries
+    # prompt_tokens_details.cached_tokens. vLLM 0.32 also writes created_cache_tokens and
+    # multimodal_tokens there; the simulator writes cached_tokens only.
+    enable_prompt_tokens_details: bool = False
     # As vLLM's --api-key: a bearer token required on the /v1 and /v2 paths only.
     api_key: str | None = None
 

@@ -15,6 +15,7 @@ import random
 
 from proxy.sim.batch import Batch, StepPlan
 from proxy.sim.config import Faults, SimConfig
+from proxy.sim.prefix_cache import PrefixCache, block_hashes
 from proxy.sim.profile import PromptClass, StepCostModel
 from proxy.sim.sequence import Sequence
 from proxy.sim.speculation import RequestSpecStats, accepted_drafts
@@ -33,8 +34,22 @@ class Engine:
         self.stats = EngineStats(config.k if config.speculative else 0)
         self.rng = random.Random(config.seed)
         self._k = config.k if config.speculative else 0
+        self.prefix_cache = (
+            PrefixCache(
+                config.profile.kv_cache_tokens // config.block_size,
+                config.block_size,
+                eagle=config.speculation == "eagle3",
+            )
+            if config.prefix_caching
+            else None
+        )
         self._batch = Batch(
-            config.profile, self.costs, config.max_num_seqs, config.speculation, self._k
+            config.profile,
+            self.costs,
+            config.max_num_seqs,
+            config.speculation,
+            self._k,
+            self.prefix_cache,
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -80,6 +95,7 @@ class Engine:
         seed: int | None = None,
         ignore_eos: bool = False,
         overlap: float | None = None,
+        prompt_ids: list[int] | None = None,
     ) -> Sequence:
         """Queue a request; tokens arrive through the returned sequence."""
         self.ensure_started()
@@ -111,6 +127,8 @@ class Engine:
             spec=RequestSpecStats(self._k) if self._k else None,
             arrival=loop.time(),
         )
+        if self.prefix_cache is not None and prompt_ids:
+            seq.block_hashes = block_hashes(prompt_ids, self.prefix_cache.block_size)
         seq.drift_from = faults.drift_from_token
         seq.near_tie = faults.near_tie
         seq.disconnect_after = faults.disconnect_after_tokens
@@ -196,6 +214,10 @@ class Engine:
             seq.prefill_left -= chunk
             stats.prompt_tokens += chunk
             if not seq.prefill_left:
+                if self.prefix_cache is not None:
+                    self.prefix_cache.insert(seq.block_hashes)
+                    # vLLM counts every prompt token in vllm:prompt_tokens, cached or not.
+                    stats.prompt_tokens += seq.cached_tokens
                 stats.ttft.observe(now - seq.arrival)
                 seq.first_token_at = now
                 self._emit(seq, 1, now)

@@ -59,6 +59,7 @@ class GenerationHandler:
             request_id=request_id,
             prompt_text=parsed.prompt_text,
             prompt_tokens=len(parsed.prompt_ids),
+            prompt_ids=parsed.prompt_ids,
             prompt_class=parsed.prompt_class,
             overlap=parsed.overlap,
             max_tokens=parsed.max_tokens,
@@ -89,6 +90,7 @@ class GenerationHandler:
             vocab=self.engine.vocab,
             spec_metrics=config.speculative and config.per_request_spec_metrics,
             fingerprint=self.fingerprint,
+            prompt_details=config.enable_prompt_tokens_details,
         )
         if kind == "responses":
             return ResponsesRenderer(ctx, data)

@@ -60,17 +60,18 @@ class EngineCollector:
         yield self._counter(
             "vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens
         )
-        # No prefix cache and no preemption in the model: exported so dashboards resolve.
+        cache = engine.prefix_cache
         yield self._counter(
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
-            stats.prompt_tokens,
+            cache.queries if cache is not None else 0,
         )
         yield self._counter(
             "vllm:prefix_cache_hits",
             "Prefix cache hits, in terms of number of cached tokens.",
-            0,
+            cache.hits if cache is not None else 0,
         )
+        # No preemption in the model: exported so dashboards resolve.
         yield self._counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.", 0
         )

@@ -30,13 +30,29 @@ class ResponseContext:
     vocab: Vocabulary
     spec_metrics: bool
     fingerprint: str
+    # vLLM's --enable-prompt-tokens-details: usage reports the prefix-cache hits.
+    prompt_details: bool = False
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached: int | None = None) -> dict[str, Any]:
+    """vLLM's usage; ``cached`` (prefix-cache hits) is None unless the server reports
+    ``prompt_tokens_details`` (vLLM's ``--enable-prompt-tokens-details``)."""
+    out: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
+    }
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out
+
+
+def final_usage(prompt_tokens: int, seq: Sequence, cached: int | None) -> dict[str, Any]:
+    """The usage of a non-streamed response: both details keys always present."""
+    details = {"cached_tokens": cached} if cached is not None else None
+    return usage(prompt_tokens, len(seq.output)) | {
+        "prompt_tokens_details": details,
+        "completion_tokens_details": None,
     }
 
 
@@ -74,6 +90,10 @@ class ChunkRenderer:
         )  # fmt: skip
         self.prompt_tokens = len(ctx.request.prompt_ids)
 
+    def cached(self, seq: Sequence) -> int | None:
+        """The prefix-cache hits usage reports (None: not reported, as vLLM's default)."""
+        return seq.cached_tokens if self.ctx.prompt_details else None
+
     def frame(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
         body = orjson.dumps(choices)
         if extra:
@@ -82,7 +102,7 @@ class ChunkRenderer:
 
     def usage_chunk(self, seq: Sequence) -> bytes:
         extra: dict[str, Any] = {
-            "usage": usage(self.prompt_tokens, len(seq.output)),
+            "usage": usage(self.prompt_tokens, len(seq.output), self.cached(seq)),
             "system_fingerprint": self.ctx.fingerprint,
         }
         metrics = spec_metrics(seq, streaming=True) if self.ctx.spec_metrics else None

@@ -6,7 +6,13 @@ from typing import Any
 
 import orjson
 
-from proxy.sim.render import ChunkRenderer, ResponseContext, spec_metrics, usage
+from proxy.sim.render import (
+    ChunkRenderer,
+    ResponseContext,
+    final_usage,
+    spec_metrics,
+    usage,
+)
 from proxy.sim.sequence import Sequence
 
 
@@ -54,7 +60,8 @@ class ChatRenderer(ChunkRenderer):
         if req.continuous_usage:
             return self.frame(
                 [choice],
-                usage=usage(self.prompt_tokens, end) | {"completion_tokens_details": None},
+                usage=usage(self.prompt_tokens, end, self.cached(seq))
+                | {"completion_tokens_details": None},
             )
         return self.frame([choice], **self.terminal_extra(finish_reason))
 
@@ -108,8 +115,7 @@ class ChatRenderer(ChunkRenderer):
                 "choices": [choice],
                 "service_tier": None,
                 "system_fingerprint": ctx.fingerprint,
-                "usage": usage(self.prompt_tokens, len(seq.output))
-                | {"prompt_tokens_details": None, "completion_tokens_details": None},
+                "usage": final_usage(self.prompt_tokens, seq, self.cached(seq)),
                 "prompt_logprobs": None,
                 "prompt_token_ids": req.prompt_ids if req.return_token_ids else None,
                 "prompt_text": None,

@@ -6,7 +6,13 @@ from typing import Any
 
 import orjson
 
-from proxy.sim.render import ChunkRenderer, ResponseContext, spec_metrics, usage
+from proxy.sim.render import (
+    ChunkRenderer,
+    ResponseContext,
+    final_usage,
+    spec_metrics,
+    usage,
+)
 from proxy.sim.sequence import Sequence
 
 
@@ -44,7 +50,7 @@ class CompletionRenderer(ChunkRenderer):
             "token_ids": ids if req.return_token_ids else None,
         }
         if req.continuous_usage:
-            return self.frame([choice], usage=usage(self.prompt_tokens, end))
+            return self.frame([choice], usage=usage(self.prompt_tokens, end, self.cached(seq)))
         return self.frame([choice], **self.terminal_extra(finish_reason))
 
     def logprobs(self, seq: Sequence, start: int, end: int) -> dict[str, Any]:
@@ -93,8 +99,7 @@ class CompletionRenderer(ChunkRenderer):
                 "choices": [choice],
                 "service_tier": None,
                 "system_fingerprint": ctx.fingerprint,
-                "usage": usage(self.prompt_tokens, len(seq.output))
-                | {"prompt_tokens_details": None, "completion_tokens_details": None},
+                "usage": final_usage(self.prompt_tokens, seq, self.cached(seq)),
                 "kv_transfer_params": None,
                 "ec_transfer_params": None,
                 "metrics": spec_metrics(seq, streaming=False) if ctx.spec_metrics else None,

@@ -44,7 +44,7 @@ class ResponsesRenderer(ChunkRenderer):
         if seq is not None:
             usage = {
                 "input_tokens": self.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": seq.cached_tokens},
                 "output_tokens": produced,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": self.prompt_tokens + produced,

@@ -20,6 +20,8 @@ class Sequence:
         "acceptance",
         "admitted_at",
         "arrival",
+        "block_hashes",
+        "cached_tokens",
         "disconnect_after",
         "drift_from",
         "finish_reason",
@@ -64,6 +66,9 @@ class Sequence:
         self.spec = spec
         self.arrival = arrival
         self.prefill_left = prompt_tokens
+        # Prefix-cache block hashes of the prompt, and how many prompt tokens were cached.
+        self.block_hashes: list[int] = []
+        self.cached_tokens = 0
         self.output: list[int] = []
         self.read = 0
         self.finish_reason: str | None = None

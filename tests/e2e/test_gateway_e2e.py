@@ -389,3 +389,40 @@ def test_vllm_bench_serve_through_the_gateway(
         assert "Mean TTFT (ms):" in out
         assert "Mean TPOT (ms):" in out
         assert "Speculative Decoding" in out
+
+
+def test_a_follow_up_routed_by_affinity_reuses_the_engines_prefix_cache(
+    vllm_servers: dict[str, VllmServer], tmp_path: Path
+) -> None:
+    servers = {name: vllm_servers[name] for name in ("plain", "ngram")}
+    scorers = [{"type": "load", "weight": 4}, {"type": "prefix_affinity", "weight": 2}]
+    document = "The lighthouse at Cape Point was built in 1860 and moved in 1919. " * 24
+    first_turn = [{"role": "user", "content": document + "\nWhen was it moved?"}]
+    backends = [backend(s) for s in servers.values()]
+    with gateway(tmp_path, backends, routing={"scorers": scorers}) as gw:
+        client = sdk(gw)
+        first = client.chat.completions.with_raw_response.create(
+            model=servers["plain"].model, messages=first_turn, max_tokens=8, temperature=0
+        )
+        served = first.headers["x-specroute-backend"]
+        answer = first.parse().choices[0].message.content or ""
+        follow = [
+            *first_turn,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "And when was it built?"},
+        ]
+        again = client.chat.completions.with_raw_response.create(
+            model=servers["plain"].model, messages=follow, max_tokens=8, temperature=0
+        )
+    assert again.headers["x-specroute-backend"] == served
+    usage = again.parse().usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert (usage.prompt_tokens_details.cached_tokens or 0) > 0
+    other = next(s for name, s in servers.items() if name != served)
+    direct = openai.OpenAI(base_url=other.url + "/v1", api_key="unused", max_retries=0)
+    elsewhere = direct.chat.completions.create(
+        model=other.model, messages=follow, max_tokens=8, temperature=0
+    )
+    assert elsewhere.usage is not None
+    details = elsewhere.usage.prompt_tokens_details
+    assert details is None or not details.cached_tokens

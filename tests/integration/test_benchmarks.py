@@ -12,8 +12,10 @@ in loadtests/README.md.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
 from loadtests import (
@@ -28,11 +30,13 @@ from loadtests.break_even_report import render as render_break_even
 from loadtests.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
 from loadtests.prompts import PromptFactory
 from loadtests.routing_report import render as render_routing
+from loadtests.shared_prompts import SHARED_MAKERS, SHARED_MIX
 from loadtests.simfleet import SimFleet, SimSpec
 from loadtests.streams import RequestRecord
 from loadtests.summary import Slo, tokens_in_window
 from loadtests.traces import arrivals, parse_trace
 from proxy.routing.classify import Classifier
+from proxy.routing.prefix import prompt_chunks
 from proxy.sim.prompt_class import classify_prompt
 from proxy.sim.request_parsing import render_chat
 from proxy.sim.tokens import Vocabulary
@@ -253,3 +257,25 @@ def test_decision_time_benchmark_measures_classify_and_decide(
     assert "target: decision p99 < 100 us" in out  # a verdict, whichever way it goes
     latency = decision_time.measure(backends=64, requests=200, routing="latency")
     assert 0 < latency["decision_us"]["p50"] <= latency["decision_us"]["p99"]
+
+
+def test_decision_time_with_a_full_prefix_index() -> None:
+    bodies = [orjson.dumps(b) for b in decision_time.BODIES]
+    names = [f"b{i}" for i in range(8)]
+    index = decision_time.full_index(names, bodies, seed=1)
+    assert len(index) == index.capacity
+    rag = prompt_chunks(decision_time.BODIES[2])
+    assert index.held(rag) == {"b2": len(rag), "b5": len(rag)}
+    result = decision_time.measure(backends=64, requests=200, routing="affinity")
+    assert 0 < result["decision_us"]["p50"] <= result["decision_us"]["p99"]
+
+
+def test_shared_prompts_repeat_sessions_and_documents() -> None:
+    factory = PromptFactory(1, SHARED_MIX, makers=SHARED_MAKERS)
+    prompts = [factory.make(i) for i in range(200)]
+    systems = Counter(p.messages[0]["content"] for p in prompts if p.label == "chat")
+    documents = Counter(p.messages[1]["content"][:2000] for p in prompts if p.label == "rag")
+    assert 1 < len(systems) <= 24 and max(systems.values()) > 2
+    assert 1 < len(documents) <= 12 and max(documents.values()) > 4
+    turns = {len(p.messages) for p in prompts if p.label == "chat"}
+    assert min(turns) == 2 and max(turns) > 6  # a session's later turns resend its history

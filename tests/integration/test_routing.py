@@ -211,3 +211,39 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
             metrics
         )
         assert 'specroute_latency_correction_ratio{backend="ngram-0",latency="tpot"}' in metrics
+
+
+def test_a_follow_up_turn_goes_where_its_prefix_is_cached(tmp_path: Path) -> None:
+    config = SimConfig(enable_prompt_tokens_details=True)
+    with run_sim_in_thread(config) as one, run_sim_in_thread(config) as two:
+        urls = {"plain-0": one.url, "plain-1": two.url}
+        policy = {
+            "backends": [sim_backend(name, url, "plain") for name, url in urls.items()],
+            "routing": {
+                "scorers": [
+                    {"type": "load", "weight": 4},
+                    {"type": "prefix_affinity", "weight": 2},
+                ]
+            },
+        }
+        path = write_policy(tmp_path / "p.yaml", policy)
+        with run_gateway(Settings(policy_path=path, port=0)) as gw:
+            first = post(gw, RAG)
+            served = first.headers["x-specroute-backend"]
+            follow = [
+                *RAG,
+                {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+                {"role": "user", "content": "And when was it built?"},
+            ]
+            again = post(gw, follow)
+        other = next(url for name, url in urls.items() if name != served)
+        elsewhere = httpx.post(
+            other + "/v1/chat/completions",
+            json={"model": MODEL, "messages": follow, "max_tokens": 8},
+            timeout=30,
+        )
+    assert again.headers["x-specroute-backend"] == served
+    assert first.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    cached = again.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 0.5 * first.json()["usage"]["prompt_tokens"]
+    assert elsewhere.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}

@@ -31,7 +31,9 @@ NGRAM_CONFIG = {
     "prompt_lookup_min": 2,
 }
 DRAFT_TOKENS = 3
-COMMON_ARGS = ("--max-model-len", "1024", "--enforce-eager")
+# --enable-prompt-tokens-details: usage reports the prefix-cache hits
+# (``prompt_tokens_details.cached_tokens``), which the prefix-affinity test reads.
+COMMON_ARGS = ("--max-model-len", "1024", "--enforce-eager", "--enable-prompt-tokens-details")
 
 # Arms PR_SET_PDEATHSIG before exec'ing the server: if the launching process dies without
 # cleaning up (SIGKILL, OOM), the kernel sends the server SIGTERM instead of orphaning it.

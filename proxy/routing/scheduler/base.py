@@ -23,6 +23,7 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
+from proxy.routing.prefix import PrefixIndex
 
 # A canary's verdict for one request: only its candidates, never them, or no rule at all.
 CanaryArm = Literal["any", "candidate", "exclude"]
@@ -64,6 +65,8 @@ class SchedulingContext:
     explain: bool = False
     # A filter may insist on one backend (an acceptance probe); it goes first if it survives.
     forced: str | None = None
+    # Which backends recently served which prompt prefixes (the ``prefix_affinity`` scorer).
+    prefix: PrefixIndex | None = None
 
 
 @dataclass(slots=True)

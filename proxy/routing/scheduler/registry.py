@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Mapping
 
 from proxy.policy import PluginSpec
-from proxy.routing.scheduler import filters, latency_scorer, pickers, scorers
+from proxy.routing.scheduler import filters, latency_scorer, pickers, prefix_scorer, scorers
 from proxy.routing.scheduler.base import Filter, Picker, Scorer
 
 FILTERS: dict[str, Callable[..., Filter]] = {
@@ -28,6 +28,7 @@ SCORERS: dict[str, Callable[..., Scorer]] = {
     "acceptance": scorers.AcceptanceScorer,
     "load": scorers.LoadScorer,
     "latency": latency_scorer.LatencyScorer,
+    "prefix_affinity": prefix_scorer.PrefixAffinityScorer,
 }
 PICKERS: dict[str, Callable[..., Picker]] = {
     "max_score": pickers.MaxScorePicker,

@@ -27,6 +27,7 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
+from proxy.routing.prefix import PrefixIndex
 from proxy.routing.scheduler import registry
 from proxy.routing.scheduler.base import (
     BackendNote,
@@ -38,7 +39,14 @@ from proxy.routing.scheduler.base import (
     Scorer,
 )
 from proxy.routing.scheduler.filters import BuiltinFilters
-from proxy.routing.scheduler.scorers import BuiltinScorers
+from proxy.routing.scheduler.scorers import (
+    AcceptanceScorer,
+    BreakEvenScorer,
+    BuiltinScorers,
+    LoadScorer,
+)
+
+BUILTIN_SCORERS = (BreakEvenScorer, AcceptanceScorer, LoadScorer)
 
 # Scorers whose explanation is the route header's reason (when they carry weight).
 ROUTE_SCORERS = ("break_even", "acceptance", "latency")
@@ -96,6 +104,23 @@ def _weighted_sum(columns: list[tuple[float, Sequence[float]]], size: int) -> li
     return totals
 
 
+def _split_builtin(
+    scorers: tuple[tuple[Scorer, float], ...],
+) -> tuple[BuiltinScorers | None, tuple[tuple[Scorer, float], ...]]:
+    """The built-in scorers' one pass and the weighted others, when the built-ins come
+    first in the policy (so adding the others after them keeps the policy's order)."""
+    count = 0
+    while count < len(scorers) and isinstance(scorers[count][0], BUILTIN_SCORERS):
+        count += 1
+    rest = scorers[count:]
+    if any(isinstance(scorer, BUILTIN_SCORERS) for scorer, _ in rest):
+        return None, ()
+    builtin = BuiltinScorers.of(scorers[:count]) if count else None
+    if builtin is None:
+        return None, ()
+    return builtin, tuple((scorer, weight) for scorer, weight in rest if weight)
+
+
 @dataclass(frozen=True, slots=True)
 class _Profile:
     filters: tuple[Filter, ...]
@@ -103,8 +128,10 @@ class _Profile:
     picker: Picker
     # The leading built-in filters in one pass (None: each filter on its own).
     leading: BuiltinFilters | None
-    # The scorers in one pass, when they are all built-in (else None: one call each).
+    # The built-in scorers in one pass (None: none, or a kind twice: one call each)...
     builtin: BuiltinScorers | None
+    # ...and the weighted others, each added after it in policy order.
+    extra: tuple[tuple[Scorer, float], ...]
     # The weighted scorers that explain a route (ROUTE_SCORERS), in policy order.
     route_scorers: tuple[Scorer, ...]
     # Whether a weighted break-even scorer decides: the route's kind then says whether the
@@ -123,12 +150,14 @@ class Scheduler:
         break_even: BreakEvenModel,
         canary: CanarySplit | None = None,
         latency: LatencyModel | None = None,
+        prefix: PrefixIndex | None = None,
     ) -> None:
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
         self.canary = canary
         self.latency = latency or LatencyModel(policy, acceptance)
+        self.prefix = prefix
         self.policy = policy
         self._profile = self.build_profile(policy)
 
@@ -139,12 +168,14 @@ class Scheduler:
         scorers = tuple((registry.build_scorer(spec), spec.weight) for spec in routing.scorers)
         weighted = [scorer for scorer, weight in scorers if weight > 0]
         filters = tuple(registry.build_filter(spec) for spec in routing.filters)
+        builtin, extra = _split_builtin(scorers)
         return _Profile(
             filters=filters,
             scorers=scorers,
             picker=registry.build_picker(routing.picker),
             leading=BuiltinFilters.leading(filters),
-            builtin=BuiltinScorers.of(scorers),
+            builtin=builtin,
+            extra=extra,
             route_scorers=tuple(s for s in weighted if s.name in ROUTE_SCORERS),
             break_even_decides=any(s.name == "break_even" for s in weighted),
         )
@@ -180,6 +211,7 @@ class Scheduler:
             self.latency,
             self.canary,
             explain=explain,
+            prefix=self.prefix,
         )
 
     def _filter(
@@ -217,7 +249,18 @@ class Scheduler:
         """Each backend's weighted score (times its policy weight); each scorer's own
         scores go into ``per_plugin`` when it is given."""
         if per_plugin is None and profile.builtin is not None:
-            return profile.builtin.totals(ctx, backends, self.fleet.weighted)
+            if not profile.extra:
+                return profile.builtin.totals(ctx, backends, self.fleet.weighted)
+            # Added in the order the per-scorer path below adds them (built-ins first, as
+            # a policy lists them), so both give the same totals.
+            totals = profile.builtin.totals(ctx, backends)
+            for scorer, weight in profile.extra:
+                values = scorer.score_all(ctx, backends)
+                if any(values):  # adding nothing is common (no prefix held): skip it
+                    totals = [t + weight * v for t, v in zip(totals, values, strict=True)]
+            if self.fleet.weighted:
+                totals = [t * b.weight for t, b in zip(totals, backends, strict=True)]
+            return totals
         columns: list[tuple[float, Sequence[float]]] = []
         for scorer, weight in profile.scorers:
             values = scorer.score_all(ctx, backends)
