@@ -319,6 +319,8 @@ class Gateway:
             if attempt is None:
                 break
             await self._try_continuation(attempt, watch, send)
+            if attempt.outcome.client_gone:
+                return attempt
             if attempt.outcome.first_byte is not None:
                 served = attempt
                 log.info(
