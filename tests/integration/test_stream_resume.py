@@ -160,3 +160,16 @@ def test_failure_before_the_first_byte_is_a_plain_retry(tmp_path: Path) -> None:
         assert len(pieces(chunks)) == TOKENS
         assert "specroute" not in chunks[-1]
         assert metric(gw, "resumed") == 0
+
+
+def test_break_in_an_unasked_usage_chunk_ends_with_done_only(tmp_path: Path) -> None:
+    budget = Budget(1)
+    with fleet(tmp_path, 2, Cut(marker=b'"usage":{'), budget) as gw:
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": TOKENS, "stream": True}
+        raw = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=20).content
+        parts = [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e]
+        assert budget.cut == 1
+        assert parts[-1] == b"[DONE]"
+        chunks = [orjson.loads(p) for p in parts[:-1]]
+        assert len(pieces(chunks)) == TOKENS
+        assert all("usage" not in c and "error" not in c for c in chunks)
