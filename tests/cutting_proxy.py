@@ -38,6 +38,8 @@ class Cut:
 
     events: int | None = None
     marker: bytes | None = None
+    # Stall instead of dropping: keep the connection open and send nothing more.
+    stall: bool = False
 
     def point(self, seen: bytes) -> int | None:
         if self.marker is not None:
@@ -61,6 +63,7 @@ class CuttingProxy:
         self.port = self._listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._closed = False
+        self.cuts = 0  # responses this forwarder cut
 
     def serve(self) -> None:
         while not self._closed:
@@ -86,7 +89,10 @@ class CuttingProxy:
                     seen += data
                     at = self.cut.point(seen)
                     if at is not None and self.budget.take():
+                        self.cuts += 1
                         client.sendall(seen[start:at] if at > start else b"")
+                        while self.cut.stall and upstream.recv(65536):
+                            pass
                         return
                 client.sendall(data)
         except OSError:

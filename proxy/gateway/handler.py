@@ -318,6 +318,8 @@ class Gateway:
             attempt = await self._continuation(served, body, partial, resumes, info, tried)
             if attempt is None:
                 break
+            # The broken relay closed the watch (and an idle cut left its mark): watch anew.
+            watch.reopen()
             await self._try_continuation(attempt, watch, send)
             if attempt.outcome.client_gone:
                 return attempt

@@ -173,3 +173,11 @@ def test_break_in_an_unasked_usage_chunk_ends_with_done_only(tmp_path: Path) -> 
         chunks = [orjson.loads(p) for p in parts[:-1]]
         assert len(pieces(chunks)) == TOKENS
         assert all("usage" not in c and "error" not in c for c in chunks)
+
+
+def test_stalled_stream_is_resumed_after_the_idle_timeout(tmp_path: Path) -> None:
+    budget = Budget(1)
+    with fleet(tmp_path, 2, Cut(events=6, stall=True), budget, idle_timeout_s=0.5) as gw:
+        chunks = stream(gw, "/v1/chat/completions", {"messages": CHAT})
+        assert budget.cut == 1
+        check_whole(chunks, 1)
