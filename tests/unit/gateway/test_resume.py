@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -78,6 +79,7 @@ def test_continuation_bodies() -> None:
 def test_resumable_requests() -> None:
     assert resumable(parsed(Endpoint.CHAT, {"messages": []}))
     assert not resumable(parsed(Endpoint.RESPONSES, {"input": "x"}))
+    assert not resumable(dataclasses.replace(parsed(Endpoint.CHAT, {"messages": []}), n=2))
     assert not resumable(parsed(Endpoint.COMPLETIONS, {"prompt": ["a", "b"]}))
     assert not resumable(parsed(Endpoint.COMPLETIONS, {"prompt": "a", "echo": True}))
 
