@@ -94,6 +94,13 @@ class GatewayMetrics:
             ["backend", "kind"],
             registry=r,
         )
+        self.resumes = Counter(
+            "specroute_stream_resumes",
+            "Streams broken after their first byte: continued on another backend (resumed), "
+            "ended as complete (closed) or not continued (failed)",
+            ["result"],
+            registry=r,
+        )
         self.completion_tokens = Counter(
             "specroute_completion_tokens",
             "Output tokens of successful responses (goodput), by pool and prompt class",

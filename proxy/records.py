@@ -152,3 +152,24 @@ class Route:
     backend: str
     pool: str
     reason: RouteReason
+
+
+@dataclass(slots=True)
+class Partial:
+    """What a broken stream already sent to its client, read back from its events when a
+    continuation is needed (the relay only keeps the raw events on the normal path)."""
+
+    id: str | None = None
+    object: str = ""
+    created: int = 0
+    model: str = ""
+    text: str = ""
+    # Output token ids, when the backend returned them (``return_token_ids``).
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+    # Output tokens sent: the ids when known, else one per content event (vLLM without
+    # speculative decoding streams one token per event).
+    tokens: int = 0
+    finish_reason: str | None = None
+    # A tool call or anything but plain text in a delta: not continued.
+    opaque: bool = False

@@ -48,6 +48,11 @@ class Settings(BaseModel):
     first_byte_timeout_s: float = Field(default=60.0, gt=0)
     idle_timeout_s: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=10)
+    # Stream resumption (proxy/gateway/resume.py): a chat/completions stream whose backend
+    # fails after the first byte is continued on another backend of the same model, at most
+    # max_resumes times per request.
+    resume_streams: bool = True
+    max_resumes: int = Field(default=2, ge=0, le=10)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     upstream_pool_size: int = Field(default=1024, ge=1)
 

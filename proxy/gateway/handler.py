@@ -10,6 +10,8 @@ before the client saw a byte is retried on another backend.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -27,7 +29,16 @@ from proxy.errors import (
     UpstreamUnreachable,
 )
 from proxy.gateway.auth import Admission, FrontDoor
-from proxy.gateway.relay import Message, Receive, Send, StreamRelay, absorb_usage, capture_text
+from proxy.gateway.relay import (
+    DONE,
+    Message,
+    Receive,
+    Send,
+    StreamRelay,
+    absorb_usage,
+    capture_text,
+    end_stream,
+)
 from proxy.gateway.request import (
     estimate_prompt_tokens,
     parse_request,
@@ -35,19 +46,28 @@ from proxy.gateway.request import (
     requested_output_tokens,
     with_usage,
 )
+from proxy.gateway.resume import (
+    Continuation,
+    closing_event,
+    continuation_body,
+    read_partial,
+    resumable,
+)
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import OutcomeListener, OutputSampler
 from proxy.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from proxy.gateway.watch import Interruption, Watch
 from proxy.metrics import GatewayMetrics
 from proxy.policy.credentials import BackendCredentials
-from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
+from proxy.records import Endpoint, Outcome, ParsedRequest, Partial, RequestInfo, Route
 from proxy.routing.fleet import BackendState
 from proxy.routing.outlier import OutlierConfig, OutlierDetector, parse_retry_after
 from proxy.routing.prefix import prompt_chunks
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
+
+log = logging.getLogger("specroute.gateway")
 
 STICKY_HEADERS = (b"x-specroute-session", b"x-session-id", b"x-user-id")
 # W3C trace context: follows the request to the backend.
@@ -82,6 +102,12 @@ class _Attempt:
     caller: _Caller = _Caller()
     upstream: UpstreamResponse | None = None
     route: Route | None = None
+    # Resumable streams: the events forwarded so far (shared by a stream's continuations)
+    # and the failure the relay left to resumption.
+    keep: list[bytes] | None = None
+    held: tuple[int, str] | None = None
+    # A continuation: its events rewritten into the original stream (already started).
+    rewrite: Continuation | None = None
 
     @property
     def strip_usage(self) -> bool:
@@ -244,11 +270,16 @@ class Gateway:
             backend = chosen.backend
             tried.add(backend.name)
             attempt = self._account(parsed, decision, backend, rid, number, caller)
+            if self.settings.resume_streams and resumable(parsed):
+                attempt.keep = []
             try:
                 await self._try(attempt, watch, send)
-                return attempt
             except UpstreamFailure as failure:
                 last = failure
+            else:
+                if attempt.held is None:
+                    return attempt
+                return await self._resume(attempt, info, tried, watch, send)
             self.metrics.retries.labels(backend.name, last.code).inc()
         if isinstance(last, UpstreamStatus):
             # Every attempt got a 5xx (or 429): the client sees the backend's own status,
@@ -265,6 +296,95 @@ class Gateway:
             # Health is re-checked every scrape interval: a retry in a second may find one.
             headers=[RETRY_SOON],
         )
+
+    # -- resumption (proxy/gateway/resume.py) --------------------------------------------
+    async def _resume(
+        self, served: _Attempt, info: RequestInfo, tried: set[str], watch: Watch, send: Send
+    ) -> _Attempt:
+        """Continue a stream broken after its first byte on other backends, at most
+        ``max_resumes`` times; end it with the error event when that is not possible."""
+        keep, held, parsed = served.keep, served.held, served.parsed
+        rid = served.rid.decode("latin-1")
+        resumes = 0
+        while held is not None and keep is not None:
+            partial = read_partial(keep)
+            if partial.finish_reason is not None:
+                await self._close_finished(served, partial, send)
+                return served
+            body = None
+            if not partial.opaque and resumes < self.settings.max_resumes:
+                body = continuation_body(parsed, partial)
+            if body is None:
+                break
+            resumes += 1
+            attempt = await self._continuation(served, body, partial, resumes, info, tried)
+            if attempt is None:
+                break
+            # The broken relay closed the watch (and an idle cut left its mark): watch anew.
+            watch.reopen()
+            await self._try_continuation(attempt, watch, send)
+            if attempt.outcome.client_gone:
+                return attempt
+            if attempt.outcome.first_byte is not None:
+                served = attempt
+                log.info(
+                    "request %s: stream resumed on %s after %d tokens (resume %d)",
+                    rid,
+                    attempt.backend.name,
+                    partial.tokens,
+                    resumes,
+                )
+            held = attempt.held if attempt.outcome.first_byte is not None else held
+        if held is not None:
+            self.metrics.resumes.labels("failed").inc()
+            log.warning("request %s: stream not resumed after %d tries", rid, resumes)
+            await end_stream(send, parsed.kind, *held, rid)
+        elif resumes:
+            self.metrics.resumes.labels("resumed").inc()
+        return served
+
+    async def _continuation(
+        self,
+        served: _Attempt,
+        body: dict[str, object],
+        partial: Partial,
+        resumes: int,
+        info: RequestInfo,
+        tried: set[str],
+    ) -> _Attempt | None:
+        """The next continuation's attempt on a backend not tried yet (``None``: none left)."""
+        info.exclude = frozenset(tried)
+        decision = self.scheduler.schedule(info)
+        if decision.chosen is None:
+            return None
+        backend = decision.chosen.backend
+        tried.add(backend.name)
+        parsed = dataclasses.replace(served.parsed, body=body, raw=orjson.dumps(body))
+        number = served.outcome.attempts + 1
+        attempt = self._account(parsed, decision, backend, served.rid, number, served.caller)
+        attempt.outcome.text = None  # a partial output: nothing to compare
+        attempt.keep = served.keep
+        known = partial.prompt_token_ids
+        attempt.rewrite = Continuation(partial, resumes, len(known) if known else None)
+        return attempt
+
+    async def _try_continuation(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
+        try:
+            await self._try(attempt, watch, send)
+        except UpstreamFailure as failure:
+            self.metrics.retries.labels(attempt.backend.name, failure.code).inc()
+
+    async def _close_finished(self, served: _Attempt, partial: Partial, send: Send) -> None:
+        """A stream broken after its last token: the output is whole, only usage and
+        ``[DONE]`` were missing; end it here."""
+        self.metrics.resumes.labels("closed").inc()
+        body = DONE
+        if not served.strip_usage:
+            known = partial.prompt_token_ids
+            forecast = served.outcome.forecast
+            prompt = len(known) if known else (forecast.prompt_tokens if forecast else None)
+            body = closing_event(partial, prompt) + DONE
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _try(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
         """Dispatch and relay one attempt; raises :class:`UpstreamFailure` before a first byte."""
@@ -419,9 +539,15 @@ class Gateway:
         outcome.first_byte = time.monotonic()
         headers = self._response_headers(attempt, upstream.content_type)
         if upstream.status != 200 or not attempt.parsed.stream:
+            if attempt.rewrite is not None:
+                # A continuation refused (a 4xx): the stream already started ends broken.
+                await upstream.release()
+                attempt.held = (502, "upstream_stream_broken")
+                return
             await self._relay_unary(send, upstream, first, outcome, headers)
         else:
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            if attempt.rewrite is None:
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
             relay = StreamRelay(
                 send,
                 watch,
@@ -431,9 +557,12 @@ class Gateway:
                 strip_usage=attempt.strip_usage,
                 kind=attempt.parsed.kind,
                 request_id=attempt.rid.decode("latin-1"),
+                keep=attempt.keep,
+                rewrite=attempt.rewrite,
             )
             outcome.usage_forwarded = not attempt.strip_usage
             await relay.run(first)
+            attempt.held = relay.held
         # The response is complete: from here on the server reports the connection as
         # "disconnected", which must not cancel the cleanup.
         watch.close()

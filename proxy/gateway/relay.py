@@ -124,6 +124,8 @@ class StreamRelay:
         strip_usage: bool,
         kind: Endpoint = Endpoint.CHAT,
         request_id: str = "",
+        keep: list[bytes] | None = None,
+        rewrite: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self._send = send
         self._watch = watch
@@ -135,6 +137,12 @@ class StreamRelay:
         self._request_id = request_id
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        # For a resumable stream: the forwarded events, kept raw (parsed only if it breaks),
+        # and a failure left to the caller (status, code) instead of ending the stream.
+        self._keep = keep
+        self.held: tuple[int, str] | None = None
+        # For a continuation: how its events become the original stream's.
+        self._rewrite = rewrite
 
     def _check_idle(self) -> None:
         # A timer per stream instead of a timeout per read: reads only stamp the time.
@@ -184,6 +192,7 @@ class StreamRelay:
         outcome = self._outcome
         strip = self._strip_usage
         inspect_all = outcome.text is not None
+        keep, rewrite = self._keep, self._rewrite
         responses = self._kind is Endpoint.RESPONSES
         pending = b""
         saw_done = False
@@ -199,6 +208,8 @@ class StreamRelay:
                 if end != len(data):
                     pending = data[end:]
                     data = data[:end]
+                if rewrite is not None:
+                    data = rewrite(data)
                 if inspect_all or b'"usage"' in data:
                     data = self._inspect(data, strip)
                 outcome.events += data.count(_EVENT_END)
@@ -206,6 +217,8 @@ class StreamRelay:
                     saw_done = True
                 if data:
                     await send({"type": "http.response.body", "body": data, "more_body": True})
+                    if keep is not None:
+                        keep.append(data)
             data = await upstream.next_chunk()
             self._last = loop.time()
             if not data:
@@ -249,14 +262,22 @@ class StreamRelay:
         return b"".join(event + _EVENT_END for event in kept)
 
     async def _fail(self, status: int, code: str) -> None:
-        """End a started stream visibly: an error event in the API's framing (a stable
-        message and code; the details logged under the request id), then a clean end."""
+        """End a started stream visibly (unless the caller may resume it: then ``held``)."""
         outcome = self._outcome
         outcome.ok = False
         log.warning("request %s: %s", self._request_id or "-", outcome.error)
-        message = PUBLIC_STREAM_ERRORS[code]
-        if self._request_id:
-            message += f" (request id {self._request_id})"
-        event = stream_error_event(self._kind, GatewayError(status, message, code=code))
-        with contextlib.suppress(OSError):
-            await self._send({"type": "http.response.body", "body": event, "more_body": False})
+        if self._keep is not None:
+            self.held = (status, code)
+            return
+        await end_stream(self._send, self._kind, status, code, self._request_id)
+
+
+async def end_stream(send: Send, kind: Endpoint, status: int, code: str, request_id: str) -> None:
+    """End a started stream visibly: an error event in the API's framing (a stable
+    message and code; the details logged under the request id), then a clean end."""
+    message = PUBLIC_STREAM_ERRORS[code]
+    if request_id:
+        message += f" (request id {request_id})"
+    event = stream_error_event(kind, GatewayError(status, message, code=code))
+    with contextlib.suppress(OSError):
+        await send({"type": "http.response.body", "body": event, "more_body": False})

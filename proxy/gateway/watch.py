@@ -50,6 +50,13 @@ class Watch:
         self._target.uncancel()
         return self.why
 
+    def reopen(self) -> None:
+        """Watch again after :meth:`close`: a broken stream continued on another backend."""
+        self.why = None
+        self._closed = False
+        self._target = asyncio.current_task()
+        self._watcher = asyncio.get_running_loop().create_task(self._listen())
+
     def close(self) -> None:
         """The request is over: later disconnects (the normal end) mean nothing."""
         self._closed = True

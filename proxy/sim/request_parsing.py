@@ -57,8 +57,11 @@ def check_model(data: dict[str, Any], config: SimConfig) -> None:
         )
 
 
-def render_chat(messages: Any) -> tuple[str, str]:
-    """The templated prompt (Llama-3 layout) and the plain text the classifier reads."""
+def render_chat(messages: Any, continue_final: bool = False) -> tuple[str, str]:
+    """The templated prompt (Llama-3 layout) and the plain text the classifier reads.
+
+    ``continue_final`` is vLLM's ``continue_final_message``: the last (assistant) message
+    is left open, without its end of turn and without a new generation prompt."""
     if not isinstance(messages, list) or not messages:
         raise bad_request("`messages` must be a non-empty list.", param="messages")
     parts = [BOS]
@@ -75,11 +78,13 @@ def render_chat(messages: Any) -> tuple[str, str]:
             )
         if not isinstance(content, str):
             raise bad_request("Message `content` must be a string or a list of parts.")
-        parts.append(
-            f"<|start_header_id|>{message['role']}<|end_header_id|>\n\n{content}<|eot_id|>"
-        )
+        parts.append(f"<|start_header_id|>{message['role']}<|end_header_id|>\n\n{content}")
+        parts.append("<|eot_id|>")
         plain.append(content)
-    parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    if continue_final:
+        parts.pop()
+    else:
+        parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
     return "".join(parts), "\n".join(plain)
 
 
@@ -110,7 +115,9 @@ def parse_generation(
     if data.get("n", 1) not in (1, None):
         raise bad_request("This server supports only n=1.", param="n")
     if kind == "chat":
-        prompt_text, plain = render_chat(data.get("messages"))
+        prompt_text, plain = render_chat(
+            data.get("messages"), bool(data.get("continue_final_message"))
+        )
         prompt_ids = vocab.encode_prompt(prompt_text)
         max_tokens = _int(data, "max_completion_tokens", None)
         if max_tokens is None:

@@ -216,9 +216,11 @@ async def test_overload_everywhere_backs_off_and_relays_retry_after() -> None:
 
 async def test_a_stream_broken_after_its_first_byte_counts_toward_ejection() -> None:
     truncated = Scripted(body=b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n')
-    gateway, upstream, _ = build([truncated, Scripted(body=STREAM)])
+    gateway, upstream, _ = build([truncated, Scripted(body=STREAM), Scripted(body=STREAM)])
     await call(gateway, stream=True)
-    [url] = upstream.urls
+    # The broken stream is continued on the other backend (stream resumption).
+    url, resumed_on = upstream.urls
+    assert resumed_on != url
     broken = gateway.runtime.fleet.backends[url.split("/")[3]]
     assert broken.passive_failures == 1
     assert "ended the stream" in broken.last_error
