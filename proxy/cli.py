@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from proxy.logs import configure_logging
-from proxy.policy import PolicyError, load_policy
+from proxy.policy import Policy, PolicyError, load_policy
 from proxy.settings import Settings
 
 SETTINGS_ENV = "SPECROUTE_SETTINGS_JSON"
@@ -132,42 +132,42 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _load_valid(path: Path) -> Policy | None:
+    """The policy at ``path`` if its schema and plugins hold; else why not, on stderr."""
     from proxy.gateway.runtime import Runtime
 
+    try:
+        policy = load_policy(path)
+        Runtime.validate_policy(policy)
+    except PolicyError as exc:
+        print(exc, file=sys.stderr)
+        return None
+    except ValueError as exc:
+        print(f"{path}: invalid policy:\n  - {exc}", file=sys.stderr)
+        return None
+    return policy
+
+
+def _validate(args: argparse.Namespace) -> int:
     status = 0
     for path in args.files:
-        try:
-            policy = load_policy(path)
-            Runtime.validate_policy(policy)
-        except PolicyError as exc:
-            print(exc, file=sys.stderr)
+        policy = _load_valid(path)
+        if policy is None:
             status = 1
-        except ValueError as exc:
-            print(f"{path}: invalid policy:\n  - {exc}", file=sys.stderr)
-            status = 1
-        else:
-            pools = ", ".join(policy.pool_names())
-            print(f"{path}: ok ({len(policy.backends)} backends, pools: {pools})")
+            continue
+        pools = ", ".join(policy.pool_names())
+        print(f"{path}: ok ({len(policy.backends)} backends, pools: {pools})")
     return status
 
 
 def _check(args: argparse.Namespace) -> int:
     from proxy.check import ModelResolver, check_deployment
-    from proxy.gateway.runtime import Runtime
 
     resolver = ModelResolver(args.models)
     status = 0
     for path in args.files:
-        try:
-            policy = load_policy(path)
-            Runtime.validate_policy(policy)
-        except PolicyError as exc:
-            print(exc, file=sys.stderr)
-            status = 1
-            continue
-        except ValueError as exc:
-            print(f"{path}: invalid policy:\n  - {exc}", file=sys.stderr)
+        policy = _load_valid(path)
+        if policy is None:
             status = 1
             continue
         report = check_deployment(policy, path, resolver)

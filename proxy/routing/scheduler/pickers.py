@@ -10,6 +10,16 @@ from proxy.routing.fleet import BackendState
 from proxy.routing.scheduler.base import SchedulingContext
 
 
+def forced_index(ctx: SchedulingContext, backends: Sequence[BackendState]) -> int | None:
+    """Where the backend a filter insisted on (an acceptance probe) stands, if anywhere."""
+    forced = ctx.forced
+    if forced is not None:
+        for i, backend in enumerate(backends):
+            if backend.name == forced:
+                return i
+    return None
+
+
 class MaxScorePicker:
     """Highest weighted score first; near-ties broken at random so equal backends share load.
 
@@ -25,11 +35,9 @@ class MaxScorePicker:
     def first(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
     ) -> int:
-        forced = ctx.forced
+        forced = forced_index(ctx, backends)
         if forced is not None:
-            for i, backend in enumerate(backends):
-                if backend.name == forced:
-                    return i
+            return forced
         best = max(totals)
         first = totals.index(best)
         floor = best - self.tie_epsilon
@@ -117,11 +125,9 @@ class PowerOfTwoPicker:
     def first(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: list[float]
     ) -> int:
-        forced = ctx.forced
+        forced = forced_index(ctx, backends)
         if forced is not None:
-            for i, backend in enumerate(backends):
-                if backend.name == forced:
-                    return i
+            return forced
         if len(totals) < 2:
             return 0
         a, b = self._random.sample(range(len(totals)), 2)
