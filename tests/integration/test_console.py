@@ -124,21 +124,50 @@ def test_traffic_view_and_explain(gw: GatewayHandle, page: Page) -> None:
     shoot(page, "traffic")
 
 
-def test_verification_view_aligns_mismatches(gw: GatewayHandle, page: Page) -> None:
+def test_verification_view_reviews_and_labels_mismatches(gw: GatewayHandle, page: Page) -> None:
     page.goto(gw.url + "/ui/verification")
     groups = page.locator("#shadow-groups table")
     expect(groups).to_contain_text("eagle3-0")
     expect(groups).to_contain_text("100.0%")  # eagle3-0 drifts on every sample
+    expect(groups).to_contain_text(re.compile(r"(numerics_differ|within_floor|insufficient)"))
+    expect(groups).to_contain_text(re.compile(r"floor \d+\.\d% \((prior|control)\)"))
     expect(page.locator("#shadow-meta")).to_contain_text("plain")
     first = page.locator("#mismatches .mismatch").first
     expect(first).to_contain_text("diverged")
     expect(first).to_contain_text("eagle3-0")
-    expect(first).to_contain_text("token 4")
-    # Both continuations shown, each split at the first differing character.
-    expect(first.locator(".diff-a")).to_have_count(1)
-    expect(first.locator(".diff-b")).to_have_count(1)
-    assert first.locator(".diff-a").inner_text() != first.locator(".diff-b").inner_text()
+    expect(first).to_contain_text("common prefix 4 tokens")
+    expect(first).to_contain_text("unlabeled")
+    record_id = first.get_attribute("data-id")
+    assert record_id
+    card = page.locator(f'#mismatches .mismatch[data-id="{record_id}"]')
+    expect(card.locator("code.id")).to_contain_text(record_id)
+    # Both continuations shown from the same column, as the review API aligned them.
+    case = httpx.get(gw.url + f"/admin/shadow/review/{record_id}").json()
+    primary, reference = case["aligned"]["primary"], case["aligned"]["reference"]
+    assert primary != reference
+    expect(card.locator(".diff-a")).to_have_text(primary or "(ends)")
+    expect(card.locator(".diff-b")).to_have_text(reference or "(ends)")
+    if case["top_logprobs"]:
+        expect(card.locator(".topk .tok")).to_have_count(len(case["top_logprobs"]))
     shoot(page, "verification")
+
+    # The note holds the list still; drift labels the case through the review API.
+    card.locator("input.note").fill("real change after token 4")
+    card.locator("button[data-label=drift]").click()
+    expect(card.locator(".review-label")).to_contain_text("drift")
+    stored = httpx.get(gw.url + f"/admin/shadow/review/{record_id}").json()
+    assert stored["label"]["label"] == "drift"
+    assert stored["label"]["by"] == "console"
+    assert stored["label"]["note"] == "real change after token 4"
+    # The drift filter lists exactly the labelled case, label and note shown.
+    page.select_option("#review-filter", "drift")
+    labelled = page.locator("#mismatches .mismatch")
+    expect(labelled).to_have_count(1)
+    expect(labelled).to_have_attribute("data-id", record_id)
+    expect(labelled.locator(".review-label")).to_contain_text("drift by console")
+    expect(labelled.locator(".review-label")).to_contain_text("real change after token 4")
+    expect(groups).to_contain_text("drift 1")
+    shoot(page, "verification-labelled")
 
 
 def test_canary_buttons_promote_then_roll_back(gw: GatewayHandle, page: Page) -> None:

@@ -355,10 +355,27 @@ function setupTraffic() {
 // -- verification ----------------------------------------------------------------------------
 const VERDICTS = [["match", "good"], ["diverged_near_tie", "warn"], ["diverged", "bad"], ["error", "muted"]];
 
+const NUMERICS = { numerics_differ: "bad", within_floor: "good", insufficient: "muted" };
+
+// The numerics verdict of a group: its near-tie rate against the model's noise floor.
+function numerics(g) {
+  const n = g.numerics;
+  if (!n) return dash;
+  return el("span", { title: n.reason || "" }, badge(n.status, NUMERICS[n.status] || "muted"),
+    el("small", {}, ` floor ${pct(n.floor)} (${n.floor_source})`));
+}
+
+function labelCounts(g) {
+  const entries = Object.entries(g.labeled || {}).filter(([, count]) => count);
+  return entries.length ? entries.map(([label, count]) => `${label} ${count}`).join(" · ") : dash;
+}
+
 function renderShadow(summary) {
   fill("shadow-meta", kv([
     ["reference pool", summary.reference_pool || "none (shadow verification off)"],
     ["queue", `${summary.queue_depth} waiting, ${summary.concurrency} workers, ${summary.dropped} dropped`],
+    ["noise floor", Object.keys(summary.noise_floors || {}).length
+      ? Object.entries(summary.noise_floors).map(([model, f]) => `${model}: ${f.description}`).join("; ") : dash],
     ["quarantined", Object.keys(summary.quarantined).length
       ? Object.entries(summary.quarantined).map(([b, why]) => `${b}: ${why}`).join("; ") : "none"],
   ]));
@@ -369,43 +386,118 @@ function renderShadow(summary) {
     ["samples", (g) => num(g.samples), "n"],
     ...VERDICTS.map(([name, kind]) => [name.replace("diverged_near_tie", "near-tie"),
       (g) => (g.outcomes[name] ? badge(String(g.outcomes[name]), kind) : "0"), "n"]),
+    ["exact match", (g) => pct(g.exact_match_rate), "n"],
     ["equivalent", (g) => pct(g.equivalence_rate), "n"],
-    ["exact", (g) => pct(g.exact_match_rate), "n"],
     ["drift", (g) => pct(g.drift_rate), "n"],
+    ["numerics", numerics],
+    ["labels", labelCounts],
   ], summary.groups, "no shadow samples yet"));
 }
 
-// The two contexts start at the same offset of their outputs: the common prefix is shared
-// text, the rest is where they part.
-function aligned(primary, reference) {
-  let i = 0;
-  while (i < primary.length && i < reference.length && primary[i] === reference[i]) i += 1;
+// Both lines share the common prefix; the continuations start at the same column, where
+// the two outputs part.
+function aligned(a) {
+  const prefix = a.prefix || "";
   const line = (who, text, cls) => el("div", {},
-    el("span", { class: "who" }, who), el("span", { class: "same" }, text.slice(0, i)),
-    el("span", { class: cls }, text.slice(i) || "(ends)"));
+    el("span", { class: "who" }, who), el("span", { class: "same" }, prefix),
+    el("span", { class: cls }, text || "(ends)"));
   return el("div", { class: "aligned" },
-    line("served", primary, "diff-a"), line("reference", reference, "diff-b"));
+    line("served", a.primary, "diff-a"), line("reference", a.reference, "diff-b"));
 }
 
-function renderMismatches(rows) {
-  if (!rows.length) {
-    fill("mismatches", el("p", { class: "empty" }, "no mismatches"));
-    return;
-  }
-  fill("mismatches", rows.map((m) => el("div", { class: "mismatch" },
+// The reference's top-k at the divergence; JSON quoting makes whitespace tokens visible.
+function topK(rows) {
+  if (!rows || !rows.length) return null;
+  return el("div", { class: "topk" }, el("span", { class: "who" }, "top-k"),
+    rows.map((t) => el("span", { class: `tok${t.chosen_by ? ` ${t.chosen_by}` : ""}` },
+      el("code", {}, JSON.stringify(t.token)), ` ${Number(t.logprob).toFixed(3)}`,
+      t.chosen_by ? el("small", {}, ` ${t.chosen_by}`) : null)));
+}
+
+function severity(m) {
+  const s = m.severity;
+  // The served token outside the reference's top-k has no gap of its own: the verdict then
+  // judged the top-2 gap, so that is the one shown.
+  const known = (v) => v !== null && v !== undefined;
+  const gap = known(s.chosen_gap) ? `gap ${Number(s.chosen_gap).toFixed(3)}`
+    : known(s.top2_gap) ? `top-2 gap ${Number(s.top2_gap).toFixed(3)} (served token beyond top-k)` : `gap ${dash}`;
+  return `${gap} · common prefix ${num(s.common_prefix_tokens)} tokens / ${num(s.common_prefix_chars)} chars`;
+}
+
+function labelText(label) {
+  if (!label) return [badge("unlabeled", "muted")];
+  return [badge(label.label, label.label === "drift" ? "bad" : "good"),
+    ` by ${label.by} · ${when(label.ts)}`, label.note ? el("span", { class: "reason" }, ` · ${label.note}`) : null];
+}
+
+// Cards are kept between polls (the text never changes, only the label), so a note being
+// typed survives a refresh.
+const reviewCards = new Map();
+
+function reviewCard(m) {
+  const state = el("span", { class: "review-label" }, labelText(m.label));
+  const note = el("input", { class: "note", placeholder: "note (optional)", maxlength: "4000", size: "40" });
+  const message = el("span", { class: "message" });
+  const send = async (label) => {
+    const by = document.getElementById("reviewer").value.trim() || "console";
+    localStorage.setItem("specroute.reviewer", by);
+    try {
+      const stored = await api(`/admin/shadow/review/${encodeURIComponent(m.id)}/label`, {
+        method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ label, by, note: note.value }),
+      });
+      state.replaceChildren(...labelText(stored).filter((c) => c !== null));
+      note.value = "";
+      message.replaceChildren();
+    } catch (err) {
+      message.replaceChildren(el("span", { class: "bad" }, `label refused: ${err.message}`));
+    }
+    document.activeElement.blur();
+    await refreshVerification();
+  };
+  const node = el("div", { class: "mismatch", "data-id": m.id },
     el("div", { class: "mismatch-head" },
-      badge(m.outcome.replace("diverged_near_tie", "near-tie"), m.outcome === "diverged" ? "bad" : m.outcome === "error" ? "muted" : "warn"),
-      el("b", {}, ` ${m.backend}`), ` · ${m.pool} · ${m.class || dash} · ${when(m.ts)} · token ${num(m.position)}`,
-      m.top2_gap === null || m.top2_gap === undefined ? "" : ` · top-2 gap ${Number(m.top2_gap).toFixed(3)}`,
-      el("code", {}, ` ${m.request_id || ""}`)),
-    aligned(m.primary_context || "", m.reference_context || ""))));
+      badge(m.outcome.replace("diverged_near_tie", "near-tie"), m.outcome === "diverged" ? "bad" : "warn"),
+      el("b", {}, ` ${m.backend}`), ` · ${m.class || dash} · draft ${m.draft_version || dash} · ${when(m.ts)} · `,
+      severity(m), el("code", { class: "id" }, ` ${m.id}`)),
+    aligned(m.aligned), topK(m.top_logprobs),
+    el("div", { class: "row review" }, state, note,
+      el("button", { type: "button", "data-label": "noise", onclick: () => send("noise") }, "noise"),
+      el("button", { type: "button", class: "danger", "data-label": "drift", onclick: () => send("drift") }, "drift"),
+      message));
+  return { node, state };
+}
+
+async function renderReview(rows) {
+  const box = document.getElementById("mismatches");
+  // Holding still while a note is typed: a re-ordered list would take the focus away.
+  if (box.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
+  const missing = rows.filter((m) => !reviewCards.has(m.id));
+  const details = await Promise.all(missing.map((m) =>
+    api(`/admin/shadow/review/${encodeURIComponent(m.id)}`)));
+  for (const d of details) reviewCards.set(d.id, reviewCard(d));
+  const seen = new Set(rows.map((m) => m.id));
+  for (const id of reviewCards.keys()) if (!seen.has(id)) reviewCards.delete(id);
+  for (const m of rows) {
+    const card = reviewCards.get(m.id);
+    card.state.replaceChildren(...labelText(m.label).filter((c) => c !== null));
+  }
+  if (!rows.length) fill("mismatches", el("p", { class: "empty" }, "no mismatches"));
+  else fill("mismatches", rows.map((m) => reviewCards.get(m.id).node));
 }
 
 async function refreshVerification() {
-  const [summary, mismatches] = await Promise.all([
-    api("/admin/shadow"), api("/admin/shadow/mismatches?limit=30")]);
+  const filter = document.getElementById("review-filter").value;
+  const [summary, review] = await Promise.all([
+    api("/admin/shadow"), api(`/admin/shadow/review?limit=20&label=${encodeURIComponent(filter)}`)]);
   renderShadow(summary);
-  renderMismatches(mismatches.mismatches);
+  await renderReview(review.mismatches);
+}
+
+function setupVerification() {
+  const reviewer = document.getElementById("reviewer");
+  reviewer.value = localStorage.getItem("specroute.reviewer") || reviewer.value;
+  document.getElementById("review-filter").addEventListener("change", () => refreshVerification());
 }
 
 // -- canary ----------------------------------------------------------------------------------
@@ -573,7 +665,7 @@ function setupPolicy() {
 const VIEWS = {
   fleet: { refresh: refreshFleet },
   traffic: { refresh: refreshTraffic, setup: setupTraffic },
-  verification: { refresh: refreshVerification },
+  verification: { refresh: refreshVerification, setup: setupVerification },
   canary: { refresh: refreshCanary, setup: setupCanary },
   policy: { refresh: refreshPolicy, setup: setupPolicy, every: 10000 },
 };
