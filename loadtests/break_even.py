@@ -107,7 +107,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "spec", args.sim_method, args.sim_method, args.sim_k, 22, args.sim_acceptance
                 ),
             )
-            async with SimFleet(specs, args.time_scale, Path(workdir)) as fleet:
+            # No prefix cache: the sweep repeats its prompts, and cached prefills would
+            # mix prefill savings into what is a measure of decode cost per token.
+            fleet_of = SimFleet(specs, args.time_scale, Path(workdir), prefix_caching=False)
+            async with fleet_of as fleet:
                 engines = await fleet.engine_states()
                 spec, accepted = await sweep(fleet.url("spec"), MODEL, levels, args, "speculative")
                 plain, _ = await sweep(fleet.url("plain"), MODEL, levels, args, "plain")

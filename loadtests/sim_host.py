@@ -22,7 +22,9 @@ from proxy.sim.profile import load_profile
 from proxy.sim.server import SimServer
 
 
-def _config(text: str, profile_path: str, model: str) -> tuple[SimConfig, int]:
+def _config(
+    text: str, profile_path: str, model: str, prefix_caching: bool = True
+) -> tuple[SimConfig, int]:
     parts = text.split(":")
     if len(parts) not in (5, 6):
         raise SystemExit(f"--sim {text!r}: want name:method:k:seed:port[:acceptance]")
@@ -36,15 +38,18 @@ def _config(text: str, profile_path: str, model: str) -> tuple[SimConfig, int]:
             "seed": int(seed),
             "profile": load_profile(profile_path),
             "faults": faults,
+            "prefix_caching": prefix_caching,
         }
     )
     return config, int(port)
 
 
-async def serve(sims: Sequence[str], profile_path: str, model: str) -> None:
+async def serve(
+    sims: Sequence[str], profile_path: str, model: str, prefix_caching: bool = True
+) -> None:
     servers = []
     for text in sims:
-        config, port = _config(text, profile_path, model)
+        config, port = _config(text, profile_path, model, prefix_caching)
         server = SimServer(config, port=port)
         await server.start()
         servers.append(server)
@@ -62,13 +67,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", required=True)
     parser.add_argument("--model", default="sim-llama-8b")
     parser.add_argument("--sim", action="append", required=True)
+    parser.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="engines without a prefix cache (benchmarks of decode cost alone)",
+    )
     args = parser.parse_args(argv)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(args.sim, args.profile, args.model))
+        asyncio.run(serve(args.sim, args.profile, args.model, not args.no_prefix_caching))
     else:
-        uvloop.run(serve(args.sim, args.profile, args.model))
+        uvloop.run(serve(args.sim, args.profile, args.model, not args.no_prefix_caching))
     return 0
 
 

@@ -85,6 +85,7 @@ class SimFleet:
     workdir: Path
     model: str = MODEL
     profile: dict[str, Any] | None = None  # engine profile data; None: the default (H200)
+    prefix_caching: bool = True
     services: dict[str, Service] = field(default_factory=dict)
 
     @property
@@ -104,6 +105,8 @@ class SimFleet:
         profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale, self.profile)))
         ports = {s.name: free_port() for s in self.specs}
         args = ["loadtests.sim_host", "--profile", str(profile), "--model", self.model]
+        if not self.prefix_caching:
+            args.append("--no-prefix-caching")
         for s in self.specs:
             sim = f"{s.name}:{s.method}:{s.k}:{s.seed}:{ports[s.name]}"
             args += ["--sim", sim if s.acceptance is None else f"{sim}:{s.acceptance}"]
