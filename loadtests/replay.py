@@ -43,7 +43,7 @@ from loadtests.loadgen import Arrival, RunResult, run_async
 from loadtests.loadgen_sse import percentile
 from loadtests.prices import resolve_price
 from loadtests.prompts import Prompt, parse_mix, shaped_prompt
-from loadtests.report import machine, report_dir, table, write_json, write_outputs
+from loadtests.report import machine, publish_in, report_dir, table, write_json
 from loadtests.routing_compare import compare
 from loadtests.routing_policies import DEFAULT_POLICIES, FLEET, POLICIES
 from loadtests.routing_quality import Plan, run_policy
@@ -355,11 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "endpoints": plan.endpoints,
         }
         write_json(folder, results)  # first: a long run is never lost to a report error
-    markdown = render(results, folder)
-    write_outputs(folder, markdown, results)
-    print(markdown)
-    print(f"\nreport: {folder}", file=sys.stderr)
-    return 0
+    return publish_in(folder, results, lambda out: render(results, out))
 
 
 if __name__ == "__main__":

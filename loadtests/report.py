@@ -50,7 +50,12 @@ def publish(
     benchmark: str, out: Path | None, results: dict[str, Any], render: Callable[[Path], str]
 ) -> int:
     """Write a benchmark's markdown and JSON report, print the markdown; the exit status."""
-    folder = report_dir(benchmark, out)
+    return publish_in(report_dir(benchmark, out), results, render)
+
+
+def publish_in(folder: Path, results: dict[str, Any], render: Callable[[Path], str]) -> int:
+    """``publish`` into a report folder the benchmark already made (it saved its raw
+    results there first, so a long run is never lost to a report error)."""
     markdown = render(folder)
     write_outputs(folder, markdown, results)
     print(markdown)

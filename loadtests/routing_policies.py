@@ -74,8 +74,8 @@ def speculative_names(specs: Sequence[SimSpec]) -> frozenset[str]:
 
 SPECULATIVE = speculative_names(FLEET)
 BREAK_EVEN = {"ngram": 48.0, "eagle3": 64.0}
-# What a full run compares (in this order).
-DEFAULT_POLICIES = (
+# The per-phase envelope: in each phase, the best of the policies that do not learn.
+STATIC_POLICIES = (
     "round-robin",
     "least-loaded",
     "power-of-two",
@@ -83,9 +83,9 @@ DEFAULT_POLICIES = (
     "all-speculative",
     "all-plain",
     "specroute-static",
-    "specroute-learned",
-    "specroute-latency",
 )
+# What a full run compares (in this order).
+DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-latency")
 # Experiments: run only when named.
 EXPERIMENTS = (
     "specroute-latency-solo",
@@ -98,16 +98,6 @@ EXPERIMENTS = (
     "specroute-affinity",
 )
 POLICIES = DEFAULT_POLICIES + EXPERIMENTS
-# The per-phase envelope: in each phase, the best of the policies that do not learn.
-STATIC_POLICIES = (
-    "round-robin",
-    "least-loaded",
-    "power-of-two",
-    "least-prompt-tokens",
-    "all-speculative",
-    "all-plain",
-    "specroute-static",
-)
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
 

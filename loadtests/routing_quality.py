@@ -42,7 +42,7 @@ from loadtests.loadgen import Arrival, LoadGenerator, RunResult, run_async
 from loadtests.prices import GpuPrice, resolve_price
 from loadtests.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
 from loadtests.prompts import DEFAULT_MIX, Maker, PromptFactory, parse_mix
-from loadtests.report import machine, report_dir, write_json, write_outputs
+from loadtests.report import machine, publish_in, report_dir, write_json
 from loadtests.routing_compare import compare
 from loadtests.routing_policies import (
     DEFAULT_POLICIES,
@@ -357,11 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         results = run_async(run(plan))
         write_json(folder, results)  # first: a long run is never lost to a report error
-    markdown = render(results, folder)
-    write_outputs(folder, markdown, results)
-    print(markdown)
-    print(f"\nreport: {folder}", file=sys.stderr)
-    return 0
+    return publish_in(folder, results, lambda out: render(results, out))
 
 
 if __name__ == "__main__":
