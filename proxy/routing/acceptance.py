@@ -13,6 +13,20 @@ from dataclasses import dataclass
 
 from proxy.policy import AcceptanceSettings
 
+# What a speculative backend's acceptance for a class is taken to be while it has no usable
+# measurement of its own for that class: the policy's prior for its method and the class,
+# else its backend-wide scraped window, else an even guess.
+UNMEASURED_RATE = 0.5
+
+
+def assumed_rate(prior: float | None, window: float | None) -> tuple[float, str]:
+    """The acceptance rate to assume until one is measured for the class, and its source."""
+    if prior is not None:
+        return prior, "prior"
+    if window is not None:
+        return window, "backend"
+    return UNMEASURED_RATE, "prior"
+
 
 @dataclass(slots=True)
 class _Window:

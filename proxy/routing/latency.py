@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from proxy.policy import LatencySettings, Policy
 from proxy.records import LatencyForecast, Outcome, RequestInfo
-from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.acceptance import AcceptanceTracker, assumed_rate
 from proxy.routing.fleet import BackendState
 from proxy.sim.hardware import GPUS, gpu_profile
 from proxy.sim.profile import EngineProfile, StepCostModel, default_profile, load_profile
@@ -241,9 +241,7 @@ class LatencyModel:
         if measured is not None:
             return measured
         prior = self.priors.get(backend.method, {}).get(label)
-        if prior is not None:
-            return prior
-        return backend.window_acceptance if backend.window_acceptance is not None else 0.5
+        return assumed_rate(prior, backend.window_acceptance)[0]
 
     # -- predictions ---------------------------------------------------------------------
     def latencies(

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from proxy.policy import BackendSpec
+from proxy.routing.acceptance import assumed_rate
 from proxy.routing.fleet import BackendState
 from proxy.routing.scheduler.base import SchedulingContext
 
@@ -128,11 +129,7 @@ class AcceptanceScorer:
     @staticmethod
     def fallback(line: _Line, backend: BackendState) -> tuple[float, str]:
         """The rate to assume until measured, and where it comes from."""
-        if line.prior is not None:
-            return line.prior, "prior"
-        if backend.window_acceptance is not None:
-            return backend.window_acceptance, "backend"
-        return 0.5, "prior"
+        return assumed_rate(line.prior, backend.window_acceptance)
 
     def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
         return BuiltinScorers(acceptance=self, acceptance_weight=1.0).totals(ctx, backends)
