@@ -99,6 +99,7 @@ def _with_lines(runtime: Runtime, row: dict[str, object]) -> dict[str, object]:
 def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
     """The fleet as the admin API shows it."""
     at = time.monotonic()
+    prefix = runtime.scheduler.prefix
     return {
         "backends": [
             {
@@ -117,6 +118,7 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
                 "waiting": b.waiting,
                 "kv_usage": b.kv_usage,
                 "window_acceptance": b.window_acceptance,
+                "prefix_cache": {"hits": b.prefix_cache_hits, "queries": b.prefix_cache_queries},
                 "quarantined": b.quarantined,
                 "outlier": {
                     "consecutive_failures": b.passive_failures,
@@ -131,6 +133,7 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
         ],
         "break_even": runtime.break_even.snapshot(),
         "acceptance": runtime.acceptance.snapshot(),
+        "prefix_index": None if prefix is None else prefix.snapshot(),
     }
 
 

@@ -28,6 +28,7 @@ from proxy.routing.fleet import Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
 from proxy.routing.prefix import PrefixIndex
+from proxy.routing.prefix_share import PrefixSync
 from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -45,6 +46,7 @@ class Components:
     canary: CanaryController
     recent: RecentRequests
     review: ReviewBook  # shadow mismatches read and labelled by people
+    prefix: PrefixSync  # the prefix index shared through the store and corrected
     # The traffic log when the settings ask for one (none by default).
     traffic: tuple[TrafficLog, ...]
 
@@ -105,4 +107,12 @@ def compose(
         settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
     )
     review = ReviewBook(store)
-    return Components(runtime, gateway, observer, shadow, canary, recent, review, traffic)
+    sync = PrefixSync(
+        prefix,
+        store,
+        lambda: runtime.fleet,
+        interval_s=settings.prefix_sync_interval_s,
+        max_age_s=settings.prefix_share_max_age_s,
+        share=settings.prefix_share,
+    )
+    return Components(runtime, gateway, observer, shadow, canary, recent, review, sync, traffic)

@@ -7,21 +7,34 @@ the client sent it (the ``messages``/``prompt``/``input`` value, serialised once
 hash chained to the one before, so a chunk matches only after the same leading bytes, as
 vLLM's block hashes do for tokens. Chunks of 256 bytes are ~64 tokens.
 
-The index maps a chunk hash to the backends that served it, least recently served
-chunks dropped first past ``capacity`` entries. It is approximate on purpose: an engine
-evicts on its own schedule and the index does not know when, so it forgets by age only.
-It is per replica (hashes of ``bytes`` are salted per process, so they are not shared
-through the store).
+The hashes are stable across processes (replicas share them through the store,
+proxy/routing/prefix_share.py): CRC-32 and Adler-32 of the whole prefix up to each chunk
+end (both continue from the previous chunk's value, so the chaining is the checksums' own),
+side by side in 64 bits. Python's ``hash`` of bytes is salted per process; blake2b cost
+~1 us per chunk against ~0.4 us here (one decision's budget is 100 us and a 32 KB prompt
+has 128 chunks). A collision only misjudges one affinity score.
+
+The index maps a chunk hash to the backends that served it, least recently served chunks
+dropped first past ``capacity`` entries. It forgets by age, and learns from the engines
+where they report what they had cached (:class:`PrefixCorrection`): each response's
+``usage.prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``)
+or, without it, the scraped ``vllm:prefix_cache_hits`` counter against the hits the index
+predicted. A backend's measured precision scales its affinity scores, and a predicted hit
+that the engine reports as a miss marks everything that backend served before as evicted
+(vLLM evicts the least recently freed blocks first).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+import zlib
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import orjson
 
 from proxy.records import Outcome, ParsedRequest, Route
+from proxy.store import SharedPrefix
 
 CHUNK_BYTES = 256
 # At most this many leading chunks per request (128 KiB), so hashing stays cheap.
@@ -30,7 +43,7 @@ PROMPT_FIELDS = ("messages", "prompt", "input")
 
 
 def prompt_chunks(body: dict[str, object]) -> tuple[int, ...]:
-    """Chained hashes of the leading fixed-size chunks of a request's prompt."""
+    """Chained, process-stable 64-bit hashes of the leading fixed-size chunks of a prompt."""
     prompt = next((body[key] for key in PROMPT_FIELDS if key in body), None)
     if prompt is None:
         return ()
@@ -38,68 +51,200 @@ def prompt_chunks(body: dict[str, object]) -> tuple[int, ...]:
         data = orjson.dumps(prompt)
     except TypeError:
         return ()
+    crc32, adler32 = zlib.crc32, zlib.adler32
     out: list[int] = []
-    parent = 0
+    crc, adler = 0, 1
     end = min(len(data), CHUNK_BYTES * MAX_CHUNKS)
     for start in range(0, end, CHUNK_BYTES):
-        parent = hash((parent, data[start : start + CHUNK_BYTES]))
-        out.append(parent)
+        chunk = data[start : start + CHUNK_BYTES]
+        crc = crc32(chunk, crc)
+        adler = adler32(chunk, adler)
+        out.append(crc << 32 | adler)
     return tuple(out)
+
+
+@dataclass(slots=True)
+class Precision:
+    """How far a backend's predicted prefix hits were borne out (an EWMA in [0, 1])."""
+
+    value: float = 1.0
+    samples: int = 0
+    misses: int = 0
+    source: str = "none"
+
+
+# How fast precision follows new evidence (weight of the newest sample).
+PRECISION_ALPHA = 0.2
+# A response with less than this share of the predicted cached share is a miss.
+MISS_RATIO = 0.25
 
 
 class PrefixIndex:
     """Chunk hash -> backends that served it, LRU over ``capacity`` chunks.
 
     An outcome listener: each relayed request that reached its backend records its chunks
-    there. ``held`` is read by the ``prefix_affinity`` scorer and changes nothing.
+    there (after checking the engine's report of what it had cached against the index's
+    prediction). ``held`` and ``confidence`` are read by the ``prefix_affinity`` scorer.
+    Records that add something new are queued (bounded) for the store, and records from
+    other replicas are applied with :meth:`apply_remote`.
     """
 
-    def __init__(self, capacity: int = 65536, holders_per_chunk: int = 4) -> None:
-        if capacity <= 0 or holders_per_chunk <= 0:
-            raise ValueError("prefix index: capacity and holders_per_chunk must be > 0")
+    def __init__(
+        self, capacity: int = 65536, holders_per_chunk: int = 4, outbox: int = 4096
+    ) -> None:
+        if capacity <= 0 or holders_per_chunk <= 0 or outbox <= 0:
+            raise ValueError("prefix index: capacity, holders_per_chunk, outbox must be > 0")
         self.capacity = capacity
         self.holders_per_chunk = holders_per_chunk
-        # Holders in the order they last served the chunk (most recent last).
-        self._chunks: OrderedDict[int, list[str]] = OrderedDict()
+        # Holder -> the serial of its last service of the chunk, most recent last.
+        self._chunks: OrderedDict[int, dict[str, int]] = OrderedDict()
+        self._serial = 0
+        # Per backend: entries served at or before this serial are taken as evicted.
+        self._horizon: dict[str, int] = {}
+        self.precision: dict[str, Precision] = {}
+        self.outbox: deque[SharedPrefix] = deque(maxlen=outbox)
+        # Per backend: prompt tokens predicted cached on responses without a per-response
+        # report, for the counter-based correction.
+        self.predicted_tokens: dict[str, float] = {}
 
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def record(self, chunks: Sequence[int], backend: str) -> None:
+    def record(self, chunks: Sequence[int], backend: str, *, share: bool = True) -> bool:
+        """Note that ``backend`` served ``chunks``; True when that added a holder."""
         table = self._chunks
+        self._serial += 1
+        serial = self._serial
+        added = False
         for h in chunks:
             holders = table.get(h)
             if holders is None:
-                table[h] = [backend]
+                table[h] = {backend: serial}
+                added = True
+                continue
+            table.move_to_end(h)
+            if backend in holders:
+                del holders[backend]
             else:
-                table.move_to_end(h)
-                if holders[-1] != backend:
-                    if backend in holders:
-                        holders.remove(backend)
-                    holders.append(backend)
-                    if len(holders) > self.holders_per_chunk:
-                        del holders[0]
+                added = True
+            holders[backend] = serial
+            if len(holders) > self.holders_per_chunk:
+                del holders[next(iter(holders))]
         while len(table) > self.capacity:
             table.popitem(last=False)
+        if added and share:
+            self.outbox.append(SharedPrefix(backend, tuple(chunks)))
+        return added
+
+    def apply_remote(self, records: Iterable[SharedPrefix]) -> int:
+        """Record what other replicas saw (not queued for sharing again)."""
+        count = 0
+        for item in records:
+            self.record(item.chunks, item.backend, share=False)
+            count += 1
+        return count
 
     def held(self, chunks: Sequence[int]) -> dict[str, int]:
         """Per backend, how many of the leading chunks it holds in a row (absent: none)."""
         table = self._chunks
+        horizon = self._horizon
         run: dict[str, int] = {}
         for i, h in enumerate(chunks):
             holders = table.get(h)
             if holders is None:
                 break
             extended = False
-            for name in holders:
-                if run.get(name, 0) == i:
+            for name, served in holders.items():
+                if run.get(name, 0) == i and (not horizon or served > horizon.get(name, 0)):
                     run[name] = i + 1
                     extended = True
             if not extended:
                 break
         return run
 
+    def confidence(self, backend: str) -> float:
+        """The backend's measured precision (1 until measured)."""
+        found = self.precision.get(backend)
+        return 1.0 if found is None else found.value
+
+    def forget_before(self, backend: str, serial: int) -> None:
+        """Take every entry ``backend`` served at or before ``serial`` as evicted."""
+        if serial > self._horizon.get(backend, 0):
+            self._horizon[backend] = serial
+
+    def served_serial(self, chunk: int, backend: str) -> int:
+        holders = self._chunks.get(chunk)
+        return 0 if holders is None else holders.get(backend, 0)
+
+    def observe_precision(self, backend: str, sample: float, source: str) -> None:
+        found = self.precision.get(backend)
+        if found is None:
+            found = self.precision[backend] = Precision()
+        found.value += PRECISION_ALPHA * (min(max(sample, 0.0), 1.0) - found.value)
+        found.samples += 1
+        found.source = source
+
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         # A first byte means the engine prefilled the prompt, so it now caches its blocks.
-        if outcome.first_byte is not None and route.request.prefix_chunks:
-            self.record(route.request.prefix_chunks, route.backend)
+        chunks = route.request.prefix_chunks
+        if outcome.first_byte is None or not chunks:
+            return
+        PrefixCorrection.check(self, chunks, outcome, route.backend)
+        self.record(chunks, route.backend)
+
+    def snapshot(self) -> dict[str, object]:
+        """What /admin/fleet shows of the index."""
+        return {
+            "chunks": len(self._chunks),
+            "capacity": self.capacity,
+            "outbox": len(self.outbox),
+            "backends": {
+                name: {
+                    "precision": round(p.value, 4),
+                    "samples": p.samples,
+                    "misses": p.misses,
+                    "source": p.source,
+                    "evicted_before": self._horizon.get(name, 0),
+                }
+                for name, p in sorted(self.precision.items())
+            },
+        }
+
+
+class PrefixCorrection:
+    """The engines' word on what they had cached, against the index's prediction."""
+
+    @staticmethod
+    def check(index: PrefixIndex, chunks: Sequence[int], outcome: Outcome, backend: str) -> None:
+        predicted = index.held(chunks).get(backend, 0)
+        prompt = outcome.prompt_tokens
+        if not predicted or not prompt:
+            return
+        predicted_share = predicted / len(chunks)
+        cached = outcome.cached_tokens
+        if cached is None:
+            # No per-response report: accumulate for the counter-based correction.
+            index.predicted_tokens[backend] = (
+                index.predicted_tokens.get(backend, 0.0) + predicted_share * prompt
+            )
+            return
+        measured_share = cached / prompt
+        index.observe_precision(backend, measured_share / predicted_share, "usage")
+        if measured_share < MISS_RATIO * predicted_share:
+            # The engine no longer holds the prefix's first block: under LRU, nothing it
+            # was last sent before that block's last use is held either.
+            index.precision[backend].misses += 1
+            index.forget_before(backend, index.served_serial(chunks[0], backend))
+
+    @staticmethod
+    def from_counters(index: PrefixIndex, backend: str, hits_delta: float) -> None:
+        """Compare one scrape interval's ``vllm:prefix_cache_hits`` growth with the hits
+        predicted over it; the engine's count also includes hits the index did not
+        predict, so this only ever lowers confidence where predicted hits did not happen."""
+        predicted = index.predicted_tokens.pop(backend, 0.0)
+        if predicted >= COUNTER_MIN_PREDICTED and hits_delta >= 0:
+            index.observe_precision(backend, hits_delta / predicted, "counters")
+
+
+# Predicted tokens needed in one interval before the counters are compared with them.
+COUNTER_MIN_PREDICTED = 256.0

@@ -1,3 +1,9 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
 from proxy.records import (
     Endpoint,
     Outcome,
@@ -7,7 +13,8 @@ from proxy.records import (
     RouteKind,
     RouteReason,
 )
-from proxy.routing.prefix import CHUNK_BYTES, PrefixIndex, prompt_chunks
+from proxy.routing.prefix import CHUNK_BYTES, PrefixCorrection, PrefixIndex, prompt_chunks
+from proxy.store import SharedPrefix
 
 DOC = "lorem ipsum dolor sit amet " * 60  # ~1.6 kB: several chunks
 
@@ -57,3 +64,84 @@ def test_only_requests_that_reached_their_backend_are_recorded() -> None:
     outcome.first_byte = 1.0
     index.on_outcome(parsed, outcome, route)
     assert index.held((5, 6)) == {"a": 2}
+
+
+def test_chunk_hashes_are_the_same_in_every_process() -> None:
+    # Replicas share hashes through the store: they must not depend on the process's
+    # string-hash salt.
+    code = (
+        "from proxy.routing.prefix import prompt_chunks;"
+        f"print(prompt_chunks({{'prompt': {DOC!r}}}))"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert runs == {f"{prompt_chunks({'prompt': DOC})}\n"}
+    assert all(0 <= h < 2**64 for h in prompt_chunks({"prompt": DOC}))
+
+
+def test_only_records_that_add_a_holder_are_queued_for_sharing() -> None:
+    index = PrefixIndex()
+    assert index.record((1, 2), "a")
+    assert not index.record((1, 2), "a")  # a refresh: nothing new for other replicas
+    assert index.record((1, 2, 3), "a")
+    assert index.apply_remote([SharedPrefix("b", (1, 2), "r2")]) == 1
+    assert [(r.backend, r.chunks) for r in index.outbox] == [("a", (1, 2)), ("a", (1, 2, 3))]
+    assert index.held((1, 2, 3)) == {"a": 3, "b": 2}
+
+
+def served(
+    index: PrefixIndex, backend: str, chunks: tuple[int, ...], prompt: int, cached: int | None
+) -> None:
+    info = RequestInfo("m", "chat", prefix_chunks=chunks)
+    parsed = ParsedRequest(Endpoint.CHAT, {}, b"", "m", False, False, False, 1)
+    route = Route(info, backend, "plain", RouteReason(RouteKind.PLAIN, ""))
+    outcome = Outcome(backend, "plain", False, "chat", 0, 0.0, first_byte=0.1)
+    outcome.prompt_tokens, outcome.cached_tokens = prompt, cached
+    index.on_outcome(parsed, outcome, route)
+
+
+def test_a_reported_miss_forgets_what_the_backend_served_before_it() -> None:
+    index = PrefixIndex()
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=0)  # first sight: no prediction
+    served(index, "a", (7, 8), prompt=128, cached=0)  # served after (1, 2, ...)
+    served(index, "b", (1, 2), prompt=128, cached=0)
+    assert index.precision == {}
+    # (1, 2) was predicted on "a" (2 of 4 chunks: half the prompt) but nothing was cached:
+    # evicted, and so is everything "a" was sent before (1, 2)'s last use.
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=0)
+    precision = index.precision["a"]
+    assert precision.misses == 1 and precision.source == "usage"
+    after_miss = precision.value
+    assert after_miss == pytest.approx(0.8)
+    assert index.held((1, 2, 3, 4)) == {"a": 2, "b": 2}  # (1, 2) re-served just now
+    assert index.held((1, 2, 5, 6))["a"] == 4
+    assert index.held((7, 8)) == {"a": 2}  # served after the evicted use: kept
+    # A hit as predicted raises the precision again; a partial one is no miss.
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=240)
+    assert index.confidence("a") > after_miss
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=100)
+    assert index.precision["a"].misses == 1 and index.confidence("a") < 0.9
+    assert index.confidence("unmeasured") == 1.0
+
+
+def test_counter_correction_lowers_confidence_where_predicted_hits_did_not_happen() -> None:
+    index = PrefixIndex()
+    served(index, "a", (1, 2, 3, 4), prompt=1000, cached=None)
+    for _ in range(3):
+        served(index, "a", (1, 2, 3, 4), prompt=1000, cached=None)
+    assert index.predicted_tokens == {"a": 3000.0}
+    PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
+    assert index.confidence("a") == pytest.approx(0.8)
+    assert index.predicted_tokens == {}
+    # Too little predicted to judge: no sample.
+    served(index, "a", (1, 2, 3, 4), prompt=100, cached=None)
+    PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
+    assert index.precision["a"].samples == 1
