@@ -22,6 +22,7 @@ from proxy.gateway.runtime import Runtime
 from proxy.policy import PolicyError
 from proxy.policy.manager import PolicyManager
 from proxy.records import Endpoint, RequestInfo
+from proxy.routing.cached_share import CachedShareAcceptance
 from proxy.routing.prefix import prompt_chunks
 from proxy.verify.canary import AUDIT_LOG, CanaryController
 from proxy.verify.shadow import SHADOW_LOG, ShadowVerifier
@@ -158,6 +159,18 @@ def admin_router() -> APIRouter:
     @router.get("/fleet")
     async def fleet(request: Request) -> OrjsonResponse:
         return OrjsonResponse(fleet_snapshot(runtime_of(request)))
+
+    @router.get("/acceptance")
+    async def acceptance(request: Request) -> OrjsonResponse:
+        # Per backend and prompt class (the routing's windows), and per pool by the share
+        # of the prompt the engine had cached (a silent prefix-cache interaction shows here).
+        by_share: CachedShareAcceptance = request.app.state.cached_share
+        return OrjsonResponse(
+            {
+                "by_class": runtime_of(request).acceptance.snapshot(),
+                "by_cached_share": by_share.snapshot(),
+            }
+        )
 
     @router.get("/break-even")
     async def break_even(request: Request) -> OrjsonResponse:

@@ -106,6 +106,7 @@ def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
     )
     metrics.add_collector(CanaryCollector(parts.canary))
     metrics.add_collector(LatencyCollector(runtime.latency))
+    metrics.add_collector(parts.cached_share)
 
 
 @contextlib.asynccontextmanager
@@ -137,6 +138,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.shadow = shadow
     app.state.review = parts.review
     app.state.prefix = parts.prefix
+    app.state.cached_share = parts.cached_share
     app.state.runtime = runtime
     app.state.gateway = parts.gateway
     app.state.recent_requests = parts.recent

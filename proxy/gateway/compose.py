@@ -24,6 +24,7 @@ from proxy.policy import Policy
 from proxy.policy.credentials import BackendCredentials
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.cached_share import CachedShareAcceptance
 from proxy.routing.fleet import Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
@@ -47,6 +48,7 @@ class Components:
     recent: RecentRequests
     review: ReviewBook  # shadow mismatches read and labelled by people
     prefix: PrefixSync  # the prefix index shared through the store and corrected
+    cached_share: CachedShareAcceptance  # acceptance by cached-prompt share
     # The traffic log when the settings ask for one (none by default).
     traffic: tuple[TrafficLog, ...]
 
@@ -92,6 +94,7 @@ def compose(
     )
     observer = Observer(store, fleet, acceptance, break_even, metrics, latency)
     recent = RecentRequests()  # the console's rows
+    cached_share = CachedShareAcceptance(fleet)
     traffic = tuple(traffic_log(settings, store, metrics.registry))
     access = (AccessLog(),) if settings.access_log else ()
     listeners: tuple[OutcomeListener, ...] = (
@@ -100,6 +103,7 @@ def compose(
         canary,
         recent,
         prefix,
+        cached_share,
         *traffic,
         *access,
     )
@@ -115,4 +119,6 @@ def compose(
         max_age_s=settings.prefix_share_max_age_s,
         share=settings.prefix_share,
     )
-    return Components(runtime, gateway, observer, shadow, canary, recent, review, sync, traffic)
+    return Components(
+        runtime, gateway, observer, shadow, canary, recent, review, sync, cached_share, traffic
+    )
