@@ -1,7 +1,7 @@
 """The ``prefix_affinity`` scorer: prefer the backend that likely holds the prompt's prefix.
 
-Score = the share of the request's leading prompt chunks a backend served last
-(``PrefixIndex.held`` over the chunk count) times the backend's measured precision (how far
+Score = the share of the request's prompt covered by the leading chunks a backend served
+last (``PrefixIndex.held``, ``covered_share``) times the backend's measured precision (how far
 its engine's reported cache hits bore out the index's predictions, 1 until measured), 0
 when the prompt is shorter than ``min_chunks`` chunks (a short prompt's prefill costs too
 little to be worth steering).
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.routing.fleet import BackendState
+from proxy.routing.prefix import covered_share
 from proxy.routing.scheduler.base import SchedulingContext
 
 
@@ -40,7 +41,9 @@ class PrefixAffinityScorer:
             return [0.0] * len(backends)
         # Only the few holders are weighed; every other backend scores 0.
         total = len(chunks)
-        scores = {name: run / total * prefix.confidence(name) for name, run in held.items()}
+        scores = {
+            name: covered_share(run, total) * prefix.confidence(name) for name, run in held.items()
+        }
         return [scores.get(b.name, 0.0) for b in backends]
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:

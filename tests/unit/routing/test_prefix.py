@@ -13,10 +13,16 @@ from proxy.records import (
     RouteKind,
     RouteReason,
 )
-from proxy.routing.prefix import CHUNK_BYTES, PrefixCorrection, PrefixIndex, prompt_chunks
+from proxy.routing.prefix import (
+    CHUNK_ENDS,
+    PrefixCorrection,
+    PrefixIndex,
+    covered_share,
+    prompt_chunks,
+)
 from proxy.store import SharedPrefix
 
-DOC = "lorem ipsum dolor sit amet " * 60  # ~1.6 kB: several chunks
+DOC = "lorem ipsum dolor sit amet " * 120  # ~3.2 kB: several chunks
 
 
 def chat(*contents: str, **extra: object) -> dict[str, object]:
@@ -29,7 +35,7 @@ def test_chunks_share_the_leading_hashes_of_a_shared_prefix() -> None:
     other = prompt_chunks(chat("x" + DOC, "question one"))
     assert len(first) > 4
     shared = next(i for i, (a, b) in enumerate(zip(first, follow, strict=False)) if a != b)
-    assert shared >= len(DOC) // CHUNK_BYTES
+    assert shared >= len(DOC) // CHUNK_ENDS[0]
     assert not set(other) & set(first)  # chained: a different start changes every hash
     assert prompt_chunks({"prompt": DOC}) != () and prompt_chunks({"model": "m"}) == ()
 
@@ -145,3 +151,11 @@ def test_counter_correction_lowers_confidence_where_predicted_hits_did_not_happe
     served(index, "a", (1, 2, 3, 4), prompt=100, cached=None)
     PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
     assert index.precision["a"].samples == 1
+
+
+def test_long_prompts_are_hashed_in_a_bounded_number_of_growing_chunks() -> None:
+    huge = prompt_chunks({"prompt": "x" * 200_000})
+    assert len(huge) == len(CHUNK_ENDS) == 16 + 28  # 512 B to 8 KiB, then 2 KiB to 64 KiB
+    assert prompt_chunks({"prompt": "y" * 200_000})[:3] != huge[:3]
+    assert covered_share(16, 44) == 8192 / 65536 and covered_share(44, 44) == 1.0
+    assert covered_share(2, 4) == 0.5 and covered_share(0, 4) == 0.0
