@@ -30,6 +30,7 @@ that the engine reports as a miss marks everything that backend served before as
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
@@ -84,6 +85,7 @@ class Precision:
     source: str = "none"
 
 
+NEVER = float("-inf")
 # How fast precision follows new evidence (weight of the newest sample).
 PRECISION_ALPHA = 0.2
 # A response with less than this share of the predicted cached share is a miss.
@@ -107,11 +109,11 @@ class PrefixIndex:
             raise ValueError("prefix index: capacity, holders_per_chunk, outbox must be > 0")
         self.capacity = capacity
         self.holders_per_chunk = holders_per_chunk
-        # Holder -> the serial of its last service of the chunk, most recent last.
-        self._chunks: OrderedDict[int, dict[str, int]] = OrderedDict()
-        self._serial = 0
-        # Per backend: entries served at or before this serial are taken as evicted.
-        self._horizon: dict[str, int] = {}
+        # Holder -> when it last served the chunk (time.monotonic(), the clock of an
+        # Outcome's times), most recent last.
+        self._chunks: OrderedDict[int, dict[str, float]] = OrderedDict()
+        # Per backend: entries served at or before this time are taken as evicted.
+        self._horizon: dict[str, float] = {}
         self.precision: dict[str, Precision] = {}
         self.outbox: deque[SharedPrefix] = deque(maxlen=outbox)
         # Per backend: prompt tokens predicted cached on responses without a per-response
@@ -121,16 +123,18 @@ class PrefixIndex:
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def record(self, chunks: Sequence[int], backend: str, *, share: bool = True) -> bool:
-        """Note that ``backend`` served ``chunks``; True when that added a holder."""
+    def record(
+        self, chunks: Sequence[int], backend: str, *, at: float | None = None, share: bool = True
+    ) -> bool:
+        """Note that ``backend`` served ``chunks`` (prefilled them ``at``, default now);
+        True when that added a holder."""
         table = self._chunks
-        self._serial += 1
-        serial = self._serial
+        served = time.monotonic() if at is None else at
         added = False
         for h in chunks:
             holders = table.get(h)
             if holders is None:
-                table[h] = {backend: serial}
+                table[h] = {backend: served}
                 added = True
                 continue
             table.move_to_end(h)
@@ -138,7 +142,7 @@ class PrefixIndex:
                 del holders[backend]
             else:
                 added = True
-            holders[backend] = serial
+            holders[backend] = served
             if len(holders) > self.holders_per_chunk:
                 del holders[next(iter(holders))]
         while len(table) > self.capacity:
@@ -166,7 +170,7 @@ class PrefixIndex:
                 break
             extended = False
             for name, served in holders.items():
-                if run.get(name, 0) == i and (not horizon or served > horizon.get(name, 0)):
+                if run.get(name, 0) == i and (not horizon or served > horizon.get(name, NEVER)):
                     run[name] = i + 1
                     extended = True
             if not extended:
@@ -178,14 +182,14 @@ class PrefixIndex:
         found = self.precision.get(backend)
         return 1.0 if found is None else found.value
 
-    def forget_before(self, backend: str, serial: int) -> None:
-        """Take every entry ``backend`` served at or before ``serial`` as evicted."""
-        if serial > self._horizon.get(backend, 0):
-            self._horizon[backend] = serial
+    def forget_before(self, backend: str, served: float) -> None:
+        """Take every entry ``backend`` served at or before ``served`` as evicted."""
+        if served > self._horizon.get(backend, NEVER):
+            self._horizon[backend] = served
 
-    def served_serial(self, chunk: int, backend: str) -> int:
+    def served_at(self, chunk: int, backend: str) -> float | None:
         holders = self._chunks.get(chunk)
-        return 0 if holders is None else holders.get(backend, 0)
+        return None if holders is None else holders.get(backend)
 
     def observe_precision(self, backend: str, sample: float, source: str) -> None:
         found = self.precision.get(backend)
@@ -201,7 +205,7 @@ class PrefixIndex:
         if outcome.first_byte is None or not chunks:
             return
         PrefixCorrection.check(self, chunks, outcome, route.backend)
-        self.record(chunks, route.backend)
+        self.record(chunks, route.backend, at=outcome.first_byte)
 
     def snapshot(self) -> dict[str, object]:
         """What /admin/fleet shows of the index."""
@@ -215,7 +219,11 @@ class PrefixIndex:
                     "samples": p.samples,
                     "misses": p.misses,
                     "source": p.source,
-                    "evicted_before": self._horizon.get(name, 0),
+                    "evicted_before_s_ago": (
+                        round(time.monotonic() - self._horizon[name], 3)
+                        if name in self._horizon
+                        else None
+                    ),
                 }
                 for name, p in sorted(self.precision.items())
             },
@@ -229,7 +237,10 @@ class PrefixCorrection:
     def check(index: PrefixIndex, chunks: Sequence[int], outcome: Outcome, backend: str) -> None:
         predicted = index.held(chunks).get(backend, 0)
         prompt = outcome.prompt_tokens
-        if not predicted or not prompt:
+        last = index.served_at(chunks[0], backend)
+        if not predicted or not prompt or last is None or last >= outcome.started:
+            # Nothing predicted, or only since this request was sent (a concurrent request
+            # with the same prefix): the engine's report says nothing about the index.
             return
         predicted_share = covered_share(predicted, len(chunks))
         cached = outcome.cached_tokens
@@ -245,7 +256,7 @@ class PrefixCorrection:
             # The engine no longer holds the prefix's first block: under LRU, nothing it
             # was last sent before that block's last use is held either.
             index.precision[backend].misses += 1
-            index.forget_before(backend, index.served_serial(chunks[0], backend))
+            index.forget_before(backend, last)
 
     @staticmethod
     def from_counters(index: PrefixIndex, backend: str, hits_delta: float) -> None:

@@ -104,51 +104,65 @@ def test_only_records_that_add_a_holder_are_queued_for_sharing() -> None:
 
 
 def served(
-    index: PrefixIndex, backend: str, chunks: tuple[int, ...], prompt: int, cached: int | None
+    index: PrefixIndex,
+    backend: str,
+    chunks: tuple[int, ...],
+    prompt: int,
+    cached: int | None,
+    at: float,
 ) -> None:
+    """A response from ``backend`` to a request sent at ``at``, its first byte 0.5 s later."""
     info = RequestInfo("m", "chat", prefix_chunks=chunks)
     parsed = ParsedRequest(Endpoint.CHAT, {}, b"", "m", False, False, False, 1)
     route = Route(info, backend, "plain", RouteReason(RouteKind.PLAIN, ""))
-    outcome = Outcome(backend, "plain", False, "chat", 0, 0.0, first_byte=0.1)
+    outcome = Outcome(backend, "plain", False, "chat", 0, at, first_byte=at + 0.5)
     outcome.prompt_tokens, outcome.cached_tokens = prompt, cached
     index.on_outcome(parsed, outcome, route)
 
 
 def test_a_reported_miss_forgets_what_the_backend_served_before_it() -> None:
     index = PrefixIndex()
-    served(index, "a", (1, 2, 3, 4), prompt=256, cached=0)  # first sight: no prediction
-    served(index, "a", (7, 8), prompt=128, cached=0)  # served after (1, 2, ...)
-    served(index, "b", (1, 2), prompt=128, cached=0)
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=0, at=10)  # no prediction yet
+    served(index, "a", (7, 8), prompt=128, cached=0, at=11)  # served after (1, 2, ...)
+    served(index, "b", (1, 2), prompt=128, cached=0, at=12)
     assert index.precision == {}
     # (1, 2) was predicted on "a" (2 of 4 chunks: half the prompt) but nothing was cached:
-    # evicted, and so is everything "a" was sent before (1, 2)'s last use.
-    served(index, "a", (1, 2, 5, 6), prompt=256, cached=0)
+    # evicted, and so is everything "a" prefilled before (1, 2)'s last use.
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=0, at=13)
     precision = index.precision["a"]
     assert precision.misses == 1 and precision.source == "usage"
     after_miss = precision.value
     assert after_miss == pytest.approx(0.8)
-    assert index.held((1, 2, 3, 4)) == {"a": 2, "b": 2}  # (1, 2) re-served just now
+    assert index.held((1, 2, 3, 4)) == {"a": 2, "b": 2}  # (1, 2) prefilled again just now
     assert index.held((1, 2, 5, 6))["a"] == 4
-    assert index.held((7, 8)) == {"a": 2}  # served after the evicted use: kept
+    assert index.held((7, 8)) == {"a": 2}  # prefilled after the evicted use: kept
     # A hit as predicted raises the precision again; a partial one is no miss.
-    served(index, "a", (1, 2, 5, 6), prompt=256, cached=240)
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=240, at=14)
     assert index.confidence("a") > after_miss
-    served(index, "a", (1, 2, 5, 6), prompt=256, cached=100)
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=100, at=15)
     assert index.precision["a"].misses == 1 and index.confidence("a") < 0.9
     assert index.confidence("unmeasured") == 1.0
 
 
+def test_a_prediction_made_after_the_request_was_sent_is_not_judged() -> None:
+    # Two requests with a new document's prefix sent together: the first to finish records
+    # it, the second was prefilled without it and reports nothing cached; no miss.
+    index = PrefixIndex()
+    served(index, "a", (1, 2, 3), prompt=300, cached=0, at=20.0)
+    served(index, "a", (1, 2, 3), prompt=300, cached=0, at=19.9)
+    assert index.precision == {} and index.held((1, 2, 3)) == {"a": 3}
+
+
 def test_counter_correction_lowers_confidence_where_predicted_hits_did_not_happen() -> None:
     index = PrefixIndex()
-    served(index, "a", (1, 2, 3, 4), prompt=1000, cached=None)
-    for _ in range(3):
-        served(index, "a", (1, 2, 3, 4), prompt=1000, cached=None)
+    for at in range(4):  # the last three were predicted: 3 x 1000 prompt tokens
+        served(index, "a", (1, 2, 3, 4), prompt=1000, cached=None, at=at)
     assert index.predicted_tokens == {"a": 3000.0}
     PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
     assert index.confidence("a") == pytest.approx(0.8)
     assert index.predicted_tokens == {}
     # Too little predicted to judge: no sample.
-    served(index, "a", (1, 2, 3, 4), prompt=100, cached=None)
+    served(index, "a", (1, 2, 3, 4), prompt=100, cached=None, at=5)
     PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
     assert index.precision["a"].samples == 1
 
