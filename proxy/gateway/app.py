@@ -161,6 +161,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _spawn(tasks, canary.run(), "canary")
         if settings.watch_policy and settings.policy_path is not None:
             _spawn(tasks, manager.watch_file(settings.policy_poll_s), "policy-watch")
+        if not door.open:
+            _spawn(tasks, door.watch_keys(settings.policy_poll_s), "keys-watch")
         yield
     finally:
         for task in tasks:
