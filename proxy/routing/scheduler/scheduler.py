@@ -38,6 +38,7 @@ from proxy.routing.scheduler.base import (
     SchedulingContext,
     Scorer,
 )
+from proxy.routing.scheduler.cache import DecisionCache
 from proxy.routing.scheduler.filters import BuiltinFilters
 from proxy.routing.scheduler.scorers import (
     AcceptanceScorer,
@@ -151,7 +152,12 @@ class Scheduler:
         canary: CanarySplit | None = None,
         latency: LatencyModel | None = None,
         prefix: PrefixIndex | None = None,
+        *,
+        cache: bool = True,
     ) -> None:
+        """``cache``: decide from per-backend results kept between requests
+        (``scheduler/cache.py``); False recomputes them for every request (the reference
+        the benchmark and the tests compare it with)."""
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
@@ -159,7 +165,23 @@ class Scheduler:
         self.latency = latency or LatencyModel(policy, acceptance)
         self.prefix = prefix
         self.policy = policy
+        self._cached = cache
         self._profile = self.build_profile(policy)
+        self._cache = self._new_cache(self._profile)
+
+    def _new_cache(self, profile: _Profile) -> DecisionCache | None:
+        if not self._cached:
+            return None
+        leading = profile.leading
+        return DecisionCache(
+            self.fleet,
+            self.acceptance,
+            self.break_even,
+            leading,
+            profile.filters[leading.count if leading is not None else 0 :],
+            profile.builtin,
+            weigh=not profile.extra,
+        )
 
     @staticmethod
     def build_profile(policy: Policy) -> _Profile:
@@ -182,21 +204,29 @@ class Scheduler:
 
     def apply_policy(self, policy: Policy) -> None:
         profile = self.build_profile(policy)
+        cache = self._new_cache(profile)
         self.policy = policy
         self._profile = profile
+        self._cache = cache
 
     def schedule(self, request: RequestInfo, *, explain: bool = False) -> Decision:
         profile = self._profile
         ctx = self._context(request, explain)
-        dropped: dict[str, str] | None = {} if explain else None
-        backends = self._filter(profile, ctx, dropped)
-        # The hysteresis state moves here, before scoring, and nowhere else.
-        self.break_even.update(backends)
-        if explain:
-            return self._explained(profile, ctx, backends, dropped or {})
+        cache = self._cache
+        base: list[float] | None = None
+        if cache is not None and cache.covers(ctx):
+            # The same filters and steps, redone only where something changed.
+            backends, base = cache.candidates(ctx)
+        else:
+            dropped: dict[str, str] | None = {} if explain else None
+            backends = self._filter(profile, ctx, dropped)
+            # The hysteresis state moves here, before scoring, and nowhere else.
+            self.break_even.update(backends)
+            if explain:
+                return self._explained(profile, ctx, backends, dropped or {})
         if not backends:
             return Decision(request, None, ctx)
-        totals = self._totals(profile, ctx, backends, None)
+        totals = self._totals(profile, ctx, backends, None, base)
         first = profile.picker.first(ctx, backends, totals)
         chosen = Candidate(backends[first], totals[first])
         return Decision(request, chosen, ctx, backends=backends, totals=totals)
@@ -245,15 +275,19 @@ class Scheduler:
         ctx: SchedulingContext,
         backends: list[BackendState],
         per_plugin: dict[str, Sequence[float]] | None,
+        base: list[float] | None = None,
     ) -> list[float]:
         """Each backend's weighted score (times its policy weight); each scorer's own
-        scores go into ``per_plugin`` when it is given."""
+        scores go into ``per_plugin`` when it is given. ``base``: the built-in scorers'
+        totals, kept by the cache (weighted when no other scorer follows them)."""
         if per_plugin is None and profile.builtin is not None:
             if not profile.extra:
+                if base is not None:
+                    return base
                 return profile.builtin.totals(ctx, backends, self.fleet.weighted)
             # Added in the order the per-scorer path below adds them (built-ins first, as
             # a policy lists them), so both give the same totals.
-            totals = profile.builtin.totals(ctx, backends)
+            totals = base if base is not None else profile.builtin.totals(ctx, backends)
             for scorer, weight in profile.extra:
                 values = scorer.score_all(ctx, backends)
                 if any(values):  # adding nothing is common (no prefix held): skip it
