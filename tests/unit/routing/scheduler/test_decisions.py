@@ -282,7 +282,7 @@ def changes(rng: random.Random, s: Scheduler, clock: Clock) -> list[Callable[[],
     """The writes the gateway makes between decisions, one of each kind."""
     fleet, acceptance = s.fleet, s.acceptance
     b = rng.choice(list(fleet.backends.values()))
-    label = rng.choice(["chat", "code", "rag"])
+    label = rng.choice(["chat", "code"])
 
     def dispatch() -> None:  # in-flight accounting and the prompt it queues
         b.local_inflight = max(b.local_inflight + rng.choice([-1, 1, 1]), 0)
@@ -290,19 +290,24 @@ def changes(rng: random.Random, s: Scheduler, clock: Clock) -> list[Callable[[],
 
     def sync() -> None:  # the other replicas' share, from the store
         counts = {
-            n: rng.randint(0, 60) if rng.random() < 0.3 else fleet.backends[n].inflight
+            n: rng.randint(0, 60) if rng.random() < 0.1 else fleet.backends[n].inflight
             for n in fleet.backends
         }
         fleet.apply_fleet_inflight(counts, fleet.snapshot_local())
 
-    def scrape() -> None:
-        b.kv_usage = rng.random() * 0.6
-        b.waiting = rng.choice([0, 0, 3])
-        b.window_acceptance = rng.choice([None, 0.2, 0.8])
+    def scrape() -> None:  # one field at a time, so each must mark the backend itself
+        field = rng.choice(["kv_usage", "waiting", "window_acceptance"])
+        value = {
+            "kv_usage": rng.random() * 0.6,
+            "waiting": rng.choice([0, 0, 3]),
+            "window_acceptance": rng.choice([None, 0.2, 0.8]),
+        }[field]
+        setattr(b, field, value)
 
-    def sample() -> None:  # one finished request's acceptance
+    def sample() -> None:  # one finished request's acceptance, on a speculative backend
+        speculative = [x for x in fleet.backends.values() if x.speculative] or [b]
         accepted = rng.choice([0.0, 0.0, rng.uniform(0, 4)])
-        acceptance.observe(b.name, label, accepted, 4)
+        acceptance.observe(rng.choice(speculative).name, label, accepted, 4)
 
     def health() -> None:
         if b.healthy:
