@@ -121,12 +121,7 @@ class DecisionCache:
         if not backends:
             return backends, None
         if group.unstepped:
-            todo = _pick(group.unstepped, backends, listed, group.pos)
-            if todo:
-                group.unstepped.difference_update([b.name for b in todo])
-                self._break_even.update(todo)
-                # A flip is a write: re-scored now, and stepped once more next time.
-                self._drain()
+            self._step(group, _pick(group.unstepped, backends, listed, group.pos))
         if self._builtin is None:
             return backends, None
         key = (model, ctx.request.label)
@@ -142,6 +137,52 @@ class DecisionCache:
             return backends, totals.copy()
         pos = group.pos
         return backends, [totals[pos[b.name]] for b in backends]
+
+    def kept(self) -> list[tuple[str, str]]:
+        """The (model, class) pairs with results kept."""
+        return list(self._scores) if self._builtin is not None else []
+
+    def refresh(self, ctx: SchedulingContext) -> None:
+        """Bring what is kept for ``ctx``'s (model, class) up to date for every backend the
+        leading filters keep: called after a write to many backends (a store sync), off
+        the request path, so that no request pays for it. The break-even step runs for
+        those backends as it would for a request's candidates, except the ones below the
+        acceptance floor for some class (the floor filter may keep them from being
+        candidates); the later filters do not run (they may act, as the floor's probes
+        do)."""
+        self._drain()
+        request = ctx.request
+        group = self._groups.get(request.model)
+        scores = self._scores.get((request.model, request.label))
+        if group is None or scores is None:
+            return
+        self._verdicts(ctx, group)
+        listed = group.backends
+        if group.unstepped and listed:
+            below = ctx.acceptance.below
+            avoided = set().union(*below.values()) if any(below.values()) else set()
+            unstepped = group.unstepped
+            self._step(group, [b for b in listed if b.name in unstepped and b.name not in avoided])
+        if scores.generation != group.generation:
+            self._follow(group, scores)
+        if scores.pending and listed:
+            self._rescore(ctx, group, scores, listed)
+
+    def _step(self, group: _Group, todo: list[BackendState]) -> None:
+        """The break-even step for these candidates."""
+        if not todo:
+            return
+        group.unstepped.difference_update([b.name for b in todo])
+        if self._written:
+            self._drain()
+        self._break_even.update(todo)
+        written = self._written
+        if written:
+            # A flip is a write: re-scored now, stepped once more next time. The leading
+            # filters do not read the break-even state, so a flip moves no verdict.
+            flipped = list(written)
+            self._drain()
+            group.stale.difference_update(flipped)
 
     def _new_group(self, model: str) -> _Group:
         fleet = self._fleet
@@ -180,7 +221,7 @@ class DecisionCache:
         """Bring the group's survivors up to date with what changed."""
         at = time.monotonic() if self._leading.healthy else 0.0
         stale = group.stale
-        if at >= group.wake or not group.plain or len(stale) * 4 > len(group.source):
+        if at >= group.wake or not group.plain or len(stale) * 2 > len(group.source):
             if stale or at >= group.wake:
                 self._rebuild(ctx, group, at)
             return

@@ -231,6 +231,16 @@ class Scheduler:
         chosen = Candidate(backends[first], totals[first])
         return Decision(request, chosen, ctx, backends=backends, totals=totals)
 
+    def refresh(self) -> None:
+        """Re-derive what the scheduler keeps between requests after a write to many
+        backends (the store sync of the other replicas' in-flight counts), so that the next
+        requests re-score only what changes after it (``scheduler/cache.py``)."""
+        cache = self._cache
+        if cache is None:
+            return
+        for model, label in cache.kept():
+            cache.refresh(self._context(RequestInfo(model, label)))
+
     def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
         return SchedulingContext(
             request,

@@ -294,6 +294,8 @@ def changes(rng: random.Random, s: Scheduler, clock: Clock) -> list[Callable[[],
             for n in fleet.backends
         }
         fleet.apply_fleet_inflight(counts, fleet.snapshot_local())
+        if rng.random() < 0.7:
+            s.refresh()  # as the gateway's sync task does
 
     def scrape() -> None:  # one field at a time, so each must mark the backend itself
         field = rng.choice(["kv_usage", "waiting", "window_acceptance"])
