@@ -31,6 +31,18 @@ from proxy.routing.scheduler.scorers import BuiltinScorers
 
 
 @dataclass(slots=True)
+class _Scores:
+    """The built-in totals for one (model, class), in its group's ``backends`` order."""
+
+    totals: list[float] = field(default_factory=list)
+    pos: dict[str, int] = field(default_factory=dict)
+    # The group generation the totals follow (-1: none yet).
+    generation: int = -1
+    # Backends to re-score the next time they are candidates.
+    pending: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
 class _Group:
     """What is kept for one model: the leading filters' survivors (the same for every
     class), and which backends the break-even step has not seen since they changed."""
@@ -53,18 +65,8 @@ class _Group:
     wake: float = -math.inf
     # Bumped whenever ``backends`` is replaced (the classes' totals follow it).
     generation: int = 0
-
-
-@dataclass(slots=True)
-class _Scores:
-    """The built-in totals for one (model, class), in its group's ``backends`` order."""
-
-    totals: list[float] = field(default_factory=list)
-    pos: dict[str, int] = field(default_factory=dict)
-    # The group generation the totals follow (-1: none yet).
-    generation: int = -1
-    # Backends to re-score the next time they are candidates.
-    pending: set[str] = field(default_factory=set)
+    # The built-in totals per class.
+    classes: dict[str, _Scores] = field(default_factory=dict)
 
 
 class DecisionCache:
@@ -93,7 +95,6 @@ class DecisionCache:
         self._rated = acceptance.changes.subscribe(self)
         self._banded = break_even.changes.subscribe(self)
         self._groups: dict[str, _Group] = {}
-        self._scores: dict[tuple[str, str], _Scores] = {}
         self._backends = fleet.backends
 
     def covers(self, ctx: SchedulingContext) -> bool:
@@ -124,10 +125,10 @@ class DecisionCache:
             self._step(group, _pick(group.unstepped, backends, listed, group.pos))
         if self._builtin is None:
             return backends, None
-        key = (model, ctx.request.label)
-        scores = self._scores.get(key)
+        label = ctx.request.label
+        scores = group.classes.get(label)
         if scores is None:
-            scores = self._scores[key] = _Scores()
+            scores = group.classes[label] = _Scores()
         if scores.generation != group.generation:
             self._follow(group, scores)
         if scores.pending:
@@ -140,7 +141,9 @@ class DecisionCache:
 
     def kept(self) -> list[tuple[str, str]]:
         """The (model, class) pairs with results kept."""
-        return list(self._scores) if self._builtin is not None else []
+        if self._builtin is None:
+            return []
+        return [(model, label) for model, group in self._groups.items() for label in group.classes]
 
     def refresh(self, ctx: SchedulingContext) -> None:
         """Bring what is kept for ``ctx``'s (model, class) up to date for every backend the
@@ -153,7 +156,7 @@ class DecisionCache:
         self._drain()
         request = ctx.request
         group = self._groups.get(request.model)
-        scores = self._scores.get((request.model, request.label))
+        scores = group.classes.get(request.label) if group is not None else None
         if group is None or scores is None:
             return
         self._verdicts(ctx, group)
@@ -197,24 +200,28 @@ class DecisionCache:
         """Hand what changed since the last request to every group and class."""
         if self._fleet.backends is not self._backends:  # a new policy's fleet
             self._groups.clear()
-            self._scores.clear()
             self._backends = self._fleet.backends
         written, rated, banded = self._written, self._rated, self._banded
         if banded:
             pools = set(banded)
             banded.clear()
-            moved = [b.name for b in self._backends.values() if b.pool in pools]
             for group in self._groups.values():
-                group.unstepped.update(moved)
-        if written:
+                group.unstepped.update(b.name for b in group.source if b.pool in pools)
+        if written or rated:
             for group in self._groups.values():
-                group.stale |= written
-                group.unstepped |= written
-            rated |= written
+                # Only this model's backends (a mark of another's would stay pending).
+                mine = group.members.keys()
+                if written:
+                    moved = written & mine
+                    group.stale |= moved
+                    group.unstepped |= moved
+                    rescore = moved | (rated & mine) if rated else moved
+                else:
+                    rescore = rated & mine
+                if rescore:
+                    for scores in group.classes.values():
+                        scores.pending |= rescore
             written.clear()
-        if rated:
-            for scores in self._scores.values():
-                scores.pending |= rated
             rated.clear()
 
     def _verdicts(self, ctx: SchedulingContext, group: _Group) -> None:
