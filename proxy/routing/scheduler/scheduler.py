@@ -11,8 +11,14 @@ in it, so the built-in plugins also come in one-pass forms, used when a profile'
 leading filters (``BuiltinFilters``) or all its scorers (``BuiltinScorers``) are
 built-in: each built-in plugin *is* that pass with itself alone, so the formulas exist
 once, and tests/unit/routing/scheduler/test_decisions.py checks on random fleets that the
-request path decides as the plugin-by-plugin explaining path does. Figures:
-loadtests/README.md (routing decision time).
+request path decides as the plugin-by-plugin explaining path does.
+
+Most requests change the state of one or two backends, so the request path keeps each
+backend's filter verdict, break-even step and built-in score between requests and redoes
+them only for the backends written since (``scheduler/cache.py``; every write to a
+backend's state marks it); explanations, retries that exclude backends and requests split
+by a running canary recompute everything, as ``Scheduler(cache=False)`` always does.
+Figures: loadtests/README.md (routing decision time).
 """
 
 from __future__ import annotations
