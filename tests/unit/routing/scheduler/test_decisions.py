@@ -366,6 +366,7 @@ def test_kept_results_decide_as_a_fresh_computation_through_any_changes(
     clock = Clock()
     monkeypatch.setattr(filters_module, "time", clock)
     monkeypatch.setattr(cache_module, "time", clock)
+    monkeypatch.setattr(cache_module, "SMALLEST_FLEET", 0)  # kept for every fleet size
     rng = random.Random(11)
     compared = changed_choice = 0
     for _ in range(25):
