@@ -409,3 +409,16 @@ def test_kept_results_decide_as_a_fresh_computation_through_any_changes(
             last = chosen
     assert compared == 25 * 60
     assert changed_choice > 200  # the changes moved the decisions, often
+
+
+def test_results_are_kept_for_large_fleets_only() -> None:
+    """Below ``SMALLEST_FLEET`` backends of a model, recomputing is cheaper: nothing kept."""
+    for size, kept in (
+        (cache_module.SMALLEST_FLEET - 1, False),
+        (cache_module.SMALLEST_FLEET, True),
+    ):
+        policy = make_policy(*(backend(f"plain-{i}", "plain") for i in range(size)))
+        s = healthy_scheduler(policy)
+        decision = s.schedule(RequestInfo("m", "chat"))
+        assert decision.chosen is not None
+        assert bool(s._cache and s._cache.kept()) is kept, size
