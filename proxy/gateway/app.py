@@ -91,6 +91,8 @@ async def _sync_inflight(runtime: Runtime, interval_s: float) -> None:
         local = runtime.fleet.snapshot_local()
         counts = await runtime.store.fleet_inflight()
         runtime.fleet.apply_fleet_inflight(counts, local)
+        # Every backend may have moved: re-derived here, not by the next request.
+        runtime.scheduler.refresh()
 
 
 def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
