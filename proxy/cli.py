@@ -115,7 +115,7 @@ def _serve(args: argparse.Namespace) -> int:
         # X-Forwarded-For is judged by the gateway itself, against trusted_proxies only
         # (uvicorn would believe it from 127.0.0.1 by default).
         "proxy_headers": False,
-        "timeout_graceful_shutdown": 5,
+        "timeout_graceful_shutdown": settings.shutdown_drain_s,
     }
     if settings.workers > 1:
         os.environ[SETTINGS_ENV] = settings.model_dump_json()

@@ -84,7 +84,8 @@ class GatewayMetrics:
         )
         self.errors = Counter(
             "specroute_errors",
-            "Errors answered by the gateway itself, by status and code",
+            "Errors answered to clients, by status and code: the gateway's own, and "
+            "code upstream_status for a backend's error passed on when every attempt failed",
             ["status", "code"],
             registry=r,
         )

@@ -104,6 +104,13 @@ class Settings(BaseModel):
     )
     traffic_log_store_maxlen: int = Field(default=100_000, ge=1)
 
+    shutdown_drain_s: int = Field(
+        default=5,
+        ge=0,
+        description="on SIGTERM, how long open requests (streams) may run on before they are "
+        "cut; keep it under the orchestrator's grace period minus any preStop pause",
+    )
+
     # The public face: who may call, from which browsers, through which proxies.
     keys_file: Path | None = Field(
         default=None,

@@ -91,6 +91,8 @@ async def _sync_inflight(runtime: Runtime, interval_s: float) -> None:
         local = runtime.fleet.snapshot_local()
         counts = await runtime.store.fleet_inflight()
         runtime.fleet.apply_fleet_inflight(counts, local)
+        # Every backend may have moved: re-derived here, not by the next request.
+        runtime.scheduler.refresh()
 
 
 def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
@@ -165,6 +167,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _spawn(tasks, canary.run(), "canary")
         if settings.watch_policy and settings.policy_path is not None:
             _spawn(tasks, manager.watch_file(settings.policy_poll_s), "policy-watch")
+        if not door.open:
+            _spawn(tasks, door.watch_keys(settings.policy_poll_s), "keys-watch")
         yield
     finally:
         for task in tasks:

@@ -40,7 +40,7 @@ def build_door(settings: Settings, metrics: GatewayMetrics, redis_url: str | Non
         limiter = FleetLimiter(RedisLimiter(redis_url))
     else:
         limiter = LocalLimiter()
-    return FrontDoor(keys, limiter, TenantMetrics(metrics.registry))
+    return FrontDoor(keys, limiter, TenantMetrics(metrics.registry), settings.keys_file)
 
 
 def validating_credentials(validate: Callable[[Policy], None]) -> Callable[[Policy], None]:

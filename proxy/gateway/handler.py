@@ -285,6 +285,7 @@ class Gateway:
             # Every attempt got a 5xx (or 429): the client sees the backend's own status,
             # message and back-off headers.
             headers = [(b"x-request-id", rid), *last.passed]
+            self.metrics.errors.labels(str(last.upstream_status), "upstream_status").inc()
             await send_json(send, last.upstream_status, last.body, headers)
             return None
         if last is not None:

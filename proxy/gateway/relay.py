@@ -89,6 +89,7 @@ PUBLIC_STREAM_ERRORS = {
     "upstream_idle_timeout": "The model server stopped sending the response.",
     "upstream_stream_broken": "The connection to the model server broke during the response.",
     "upstream_stream_truncated": "The model server ended the response before it was complete.",
+    "gateway_shutting_down": "The gateway shut down before the response was complete; retry.",
 }
 # The events that end a Responses API stream (it sends no ``data: [DONE]``).
 _RESPONSES_END = (
@@ -169,6 +170,13 @@ class StreamRelay:
         except asyncio.CancelledError:
             why = self._watch.absorb()
             if why is None:
+                # Cancelled from outside: the server's drain time ran out at shutdown. The
+                # client is told so, rather than left with a stream that just stops.
+                outcome.error = "gateway shut down during the stream"
+                outcome.ok = False
+                await end_stream(
+                    self._send, self._kind, 503, "gateway_shutting_down", self._request_id
+                )
                 raise
             if why is Interruption.CLIENT_GONE:
                 outcome.client_gone = True

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from proxy.policy import AcceptanceSettings
+from proxy.routing.changes import Changes
 
 # What a speculative backend's acceptance for a class is taken to be while it has no usable
 # measurement of its own for that class: the policy's prior for its method and the class,
@@ -74,6 +75,8 @@ class AcceptanceTracker:
         self.windows: dict[tuple[str, str], _Window] = {}
         self.usable: dict[str, dict[str, float]] = {}
         self.below: dict[str, set[str]] = {}
+        # Backends whose ``usable`` rate moved (the scheduler re-scores them).
+        self.changes = Changes()
 
     def configure(self, settings: AcceptanceSettings) -> None:
         if settings.window != self.settings.window:
@@ -91,13 +94,16 @@ class AcceptanceTracker:
         usable = self.usable.setdefault(label, {})
         below = self.below.setdefault(label, set())
         enough = len(window.samples) >= settings.min_samples
-        if enough and window.drafted > 0:
-            usable[backend] = window.accepted / window.drafted
-        else:
-            usable.pop(backend, None)
+        rate = window.accepted / window.drafted if enough and window.drafted > 0 else None
+        if rate != usable.get(backend):
+            if rate is None:
+                del usable[backend]
+            else:
+                usable[backend] = rate
+            self.changes.mark(backend)
         if enough:
-            rate = window.recent_rate(settings.recent)
-            window.below = rate is not None and rate < settings.floor
+            recent = window.recent_rate(settings.recent)
+            window.below = recent is not None and recent < settings.floor
         else:
             window.below = False
         if window.below:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from proxy.policy import BreakEven, Policy
+from proxy.routing.changes import Changes
 from proxy.routing.fleet import BackendState
 
 PLAIN_CURVE = "__plain__"
@@ -81,6 +82,9 @@ class BreakEvenModel:
         self._fits: dict[str, _DecayedFit] = {}
         self._learned: dict[str, float] = {}
         self._configs: dict[str, BreakEven] = {}
+        # Pools whose band moved: their backends' state must be stepped again even at an
+        # unchanged load (the scheduler's cache reads this).
+        self.changes = Changes()
         self.apply_policy(policy)
 
     def apply_policy(self, policy: Policy) -> None:
@@ -90,6 +94,7 @@ class BreakEvenModel:
         # speculative backend on every request.
         self._bands: dict[str, tuple[float, float]] = {}
         self._spec_pools = {b.pool for b in policy.backends if b.speculation.enabled}
+        self.changes.mark_all({*self._configs, *self._spec_pools})
         half_lives = [c.half_life_s for c in self._configs.values()] or [120.0]
         for name in [*self._spec_pools, PLAIN_CURVE]:
             half_life = (
@@ -165,6 +170,7 @@ class BreakEvenModel:
         if estimate.value is not None and estimate.value != self._learned.get(pool):
             self._learned[pool] = estimate.value
             self._bands.pop(pool, None)
+            self.changes.mark(pool)
 
     def estimate(self, pool: str) -> LearnedBreakEven:
         config = self.config(pool)

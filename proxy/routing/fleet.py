@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from proxy.policy import BackendSpec, Policy
+from proxy.routing.changes import Changes
 
 
 @dataclass(slots=True)
@@ -24,9 +25,17 @@ class SpecCounters:
 
 @dataclass(slots=True)
 class BackendState:
-    """One backend: its policy entry plus everything measured about it."""
+    """One backend: its policy entry plus everything measured about it.
+
+    Every write to a field marks the backend in its fleet's ``changes`` (``__setattr__``),
+    whoever the writer (request accounting, scrape, health checks, outlier detection, the
+    store sync, the break-even step): the scheduler's cache re-scores exactly the backends
+    marked, so a writer that forgot to mark one would leave a stale score behind.
+    """
 
     spec: BackendSpec
+    # The fleet's change log (unset for a backend outside a fleet: nothing is told).
+    _changes: Changes = field(init=False, repr=False, compare=False)
     healthy: bool = False
     checked: bool = False
     consecutive_failures: int = 0
@@ -87,6 +96,14 @@ class BackendState:
     def __post_init__(self) -> None:
         self.set_spec(self.spec)
 
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        try:
+            changes = self._changes
+        except AttributeError:  # being built, or not in a fleet
+            return
+        changes.mark(self.name)
+
     def set_spec(self, spec: BackendSpec) -> None:
         self.spec = spec
         self.name = spec.name
@@ -103,8 +120,8 @@ class BackendState:
 
     @local_inflight.setter
     def local_inflight(self, value: int) -> None:
-        self._local = value
-        self.inflight = value + self._others
+        object.__setattr__(self, "_local", value)
+        self.inflight = value + self._others  # marks the change once
 
     @property
     def others_inflight(self) -> int:
@@ -112,7 +129,7 @@ class BackendState:
 
     @others_inflight.setter
     def others_inflight(self, value: int) -> None:
-        self._others = value
+        object.__setattr__(self, "_others", value)
         self.inflight = self._local + value
 
     def mark_failure(self, reason: str, eject_after: int) -> None:
@@ -150,6 +167,8 @@ class Fleet:
 
     def __init__(self, policy: Policy) -> None:
         self.backends: dict[str, BackendState] = {}
+        # Names of backends whose state was written (``BackendState.__setattr__``).
+        self.changes = Changes()
         self.apply_policy(policy)
 
     def apply_policy(self, policy: Policy) -> None:
@@ -162,6 +181,7 @@ class Fleet:
                 fresh[spec.name] = old
             else:
                 fresh[spec.name] = BackendState(spec=spec)
+                fresh[spec.name]._changes = self.changes
         self.backends = fresh
         # Whether any backend's policy weight differs from 1 (else the scheduler skips
         # multiplying by it).
@@ -187,8 +207,9 @@ class Fleet:
     ) -> None:
         """Record the other replicas' share from a fleet-wide read of the store."""
         for name, backend in self.backends.items():
-            total = fleet_counts.get(name, 0)
-            backend.others_inflight = max(total - local_at_read.get(name, 0), 0)
+            others = max(fleet_counts.get(name, 0) - local_at_read.get(name, 0), 0)
+            if others != backend.others_inflight:  # a write marks the backend for re-scoring
+                backend.others_inflight = others
 
     def snapshot_local(self) -> dict[str, int]:
         return {name: b.local_inflight for name, b in self.backends.items()}

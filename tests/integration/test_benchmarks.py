@@ -246,17 +246,20 @@ async def test_shadow_overhead_keeps_the_queue_bounded_under_overload(tmp_path: 
 def test_decision_time_benchmark_measures_classify_and_decide(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    result = decision_time.measure(backends=64, requests=300)
-    for part in ("classify_us", "decision_us", "decision_cpu_us", "total_us"):
-        row = result[part]
-        assert 0 < row["p50"] <= row["p90"] <= row["p99"], (part, row)
-    assert result["total_us"]["p50"] > result["decision_us"]["p50"]
+    result = decision_time.measure(backends=64, requests=300, block=100)
+    for contender in ("cached", "recomputed"):
+        for part in ("classify_us", "decision_us", "decision_cpu_us", "total_us"):
+            row = result[contender][part]
+            assert 0 < row["p50"] <= row["p90"] <= row["p99"], (contender, part, row)
+        assert result[contender]["total_us"]["p50"] > result[contender]["decision_us"]["p50"]
+        assert len(result[contender]) == 6  # refresh after each sync timed apart
     assert decision_time.main(["--quick", "--backends", "8"]) == 0
     out = capsys.readouterr().out
     assert "decision time, 8 backends, 2000 requests, default routing" in out
-    assert "target: decision p99 < 100 us" in out  # a verdict, whichever way it goes
+    assert "cached / recomputed decision: p50" in out
+    assert "target: decision p99 < 50 us" in out  # a verdict, whichever way it goes
     latency = decision_time.measure(backends=64, requests=200, routing="latency")
-    assert 0 < latency["decision_us"]["p50"] <= latency["decision_us"]["p99"]
+    assert 0 < latency["cached"]["decision_us"]["p50"] <= latency["cached"]["decision_us"]["p99"]
 
 
 def test_decision_time_with_a_full_prefix_index() -> None:
@@ -267,7 +270,7 @@ def test_decision_time_with_a_full_prefix_index() -> None:
     rag = prompt_chunks(decision_time.BODIES[2])
     assert index.held(rag) == {"b2": len(rag), "b5": len(rag)}
     result = decision_time.measure(backends=64, requests=200, routing="affinity")
-    assert 0 < result["decision_us"]["p50"] <= result["decision_us"]["p99"]
+    assert 0 < result["cached"]["decision_us"]["p50"] <= result["cached"]["decision_us"]["p99"]
 
 
 def test_shared_prompts_repeat_sessions_and_documents() -> None:

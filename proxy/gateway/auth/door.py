@@ -8,15 +8,20 @@ against the usage the backend reported and frees its concurrency slot.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from proxy.errors import GatewayError
-from proxy.gateway.auth.keys import KeyRing, Tenant
+from proxy.gateway.auth.keys import KeyRing, KeysError, Tenant
 from proxy.gateway.auth.limiter import Ask, Limiter, Quota, Verdict
 from proxy.gateway.auth.metrics import TenantMetrics
 
 Headers = list[tuple[bytes, bytes]]
+
+log = logging.getLogger("specroute.auth")
 
 
 def openai_duration(seconds: float) -> str:
@@ -122,10 +127,20 @@ class Admission:
 
 
 class FrontDoor:
-    def __init__(self, keys: KeyRing | None, limiter: Limiter, metrics: TenantMetrics) -> None:
+    def __init__(
+        self,
+        keys: KeyRing | None,
+        limiter: Limiter,
+        metrics: TenantMetrics,
+        keys_path: Path | None = None,
+    ) -> None:
         self.keys = keys
         self.limiter = limiter
         self.metrics = metrics
+        # Where ``keys`` came from, so a rotation (a new key, a revoked one, a Kubernetes
+        # Secret remounted) takes effect without restarting the gateway.
+        self._keys_path = keys_path
+        self._keys_mtime = _mtime(keys_path) if keys_path is not None else None
 
     @property
     def open(self) -> bool:
@@ -136,6 +151,38 @@ class FrontDoor:
 
     async def close(self) -> None:
         await self.limiter.close()
+
+    def reload_keys(self) -> bool:
+        """Read the keys file again if it changed; ``True`` when new keys took effect.
+
+        A file that cannot be used (half written, invalid) is refused and the keys in force
+        keep serving: locking every tenant out over a typo is worse than a late revocation.
+        Open mode stays open: a gateway started without a keys file is not turned into a
+        closed one by a file appearing later.
+        """
+        path = self._keys_path
+        if path is None or self.keys is None:
+            return False
+        mtime = _mtime(path)
+        if mtime is None or mtime == self._keys_mtime:
+            return False
+        self._keys_mtime = mtime
+        try:
+            keys = KeyRing.load(path)
+        except KeysError as exc:
+            self.metrics.keys_reloaded(ok=False)
+            log.error("keys file change refused, the previous keys keep serving: %s", exc)
+            return False
+        self.keys = keys
+        self.metrics.keys_reloaded(ok=True)
+        log.info("keys file reloaded: %d keys", len(keys))
+        return True
+
+    async def watch_keys(self, interval_s: float) -> None:
+        """Poll the keys file's mtime (works on every filesystem, Secret volumes included)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            self.reload_keys()
 
     def authenticate(self, authorization: str | None) -> Tenant | None:
         """The caller's tenant; ``None`` in open mode. 401 for a missing or unknown key."""
@@ -201,3 +248,10 @@ class FrontDoor:
 def _redact(key: str) -> str:
     """OpenAI's way of naming a wrong key: its first and last characters only."""
     return key[:3] + "*" * 4 + key[-4:] if len(key) > 8 else "*" * len(key)
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None

@@ -32,6 +32,13 @@ class TenantMetrics:
             ["tenant", "reason"],
             registry=registry,
         )
+        self.keys_reloads = Counter(
+            "specroute_keys_reloads",
+            "Changes of the keys file seen, by result (ok: new keys in force; refused: "
+            "invalid file, the previous keys kept)",
+            ["result"],
+            registry=registry,
+        )
 
     def record(
         self,
@@ -53,3 +60,6 @@ class TenantMetrics:
 
     def refused(self, tenant: str, reason: str) -> None:
         self.refusals.labels(tenant, reason).inc()
+
+    def keys_reloaded(self, ok: bool) -> None:
+        self.keys_reloads.labels("ok" if ok else "refused").inc()

@@ -101,23 +101,33 @@ class BuiltinFilters:
             found = replace(found, **{field_name: True}, count=found.count + 1)
         return found if found.count >= 2 else None
 
-    def apply(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
+    def apply(
+        self, ctx: SchedulingContext, backends: list[BackendState], at: float | None = None
+    ) -> list[BackendState]:
+        """The backends the filters keep (``at``: the monotonic time the back-off is judged
+        at, now if not given)."""
         model: str | None = ctx.request.model if self.model else None
         source = backends
         if model is not None and len(backends) == len(ctx.fleet.backends):
             source = ctx.fleet.by_model.get(model) or []  # the whole fleet: its own index
             model = None
+        return self.sort(ctx, source, model, at).result
+
+    def sort(
+        self,
+        ctx: SchedulingContext,
+        source: Sequence[BackendState],
+        model: str | None,
+        at: float | None = None,
+    ) -> Verdicts:
+        """Each backend's verdict, in ``source`` order (``model``: the model to check, None
+        when ``source`` holds only backends of the request's model)."""
         healthy, quarantine, capacity = self.healthy, self.quarantine, self.capacity
         exclude = ctx.request.exclude if healthy else frozenset()
-        kept: list[BackendState] = []
-        # Quarantined backends the other filters keep, and whether any backend was not
-        # quarantined: if none was, the quarantine filter is skipped and these are kept.
-        held: list[BackendState] = []
-        clean = not quarantine
-        # Backends backing off after a 429/503 (proxy/routing/outlier.py): kept only when
-        # nothing else is left, since an overloaded engine still serves, just later.
-        backing_off: list[BackendState] = []
-        at = time.monotonic() if healthy else 0.0
+        out = Verdicts([], [], [], [], not quarantine)
+        kept, held, backing_off, full = out.kept, out.held, out.backing_off, out.full
+        if at is None:
+            at = time.monotonic() if healthy else 0.0
         for b in source:
             if model is not None and b.spec.model != model:
                 continue
@@ -131,11 +141,34 @@ class BuiltinFilters:
                 if not capacity or b.inflight < b.max_concurrency:
                     held.append(b)
                 continue
-            clean = True
+            out.clean = True
             if capacity and b.inflight >= b.max_concurrency:
+                full.append(b)
                 continue
             kept.append(b)
-        return (kept if clean else held) or backing_off
+        return out
+
+
+@dataclass(slots=True)
+class Verdicts:
+    """What the one-pass filters made of each backend they looked at."""
+
+    # Passed every filter.
+    kept: list[BackendState]
+    # Quarantined (kept only if every backend is, the quarantine filter being soft).
+    held: list[BackendState]
+    # Backing off after a 429/503 (proxy/routing/outlier.py): kept only when nothing else
+    # is left, since an overloaded engine still serves, just later.
+    backing_off: list[BackendState]
+    # Not quarantined, but at its concurrency limit.
+    full: list[BackendState]
+    # Whether any backend was not quarantined: if none was, the quarantine filter is
+    # skipped and ``held`` is kept.
+    clean: bool
+
+    @property
+    def result(self) -> list[BackendState]:
+        return (self.kept if self.clean else self.held) or self.backing_off
 
 
 class AcceptanceFloorFilter:

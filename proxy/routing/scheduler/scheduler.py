@@ -11,8 +11,14 @@ in it, so the built-in plugins also come in one-pass forms, used when a profile'
 leading filters (``BuiltinFilters``) or all its scorers (``BuiltinScorers``) are
 built-in: each built-in plugin *is* that pass with itself alone, so the formulas exist
 once, and tests/unit/routing/scheduler/test_decisions.py checks on random fleets that the
-request path decides as the plugin-by-plugin explaining path does. Figures:
-loadtests/README.md (routing decision time).
+request path decides as the plugin-by-plugin explaining path does.
+
+Most requests change the state of one or two backends, so the request path keeps each
+backend's filter verdict, break-even step and built-in score between requests and redoes
+them only for the backends written since (``scheduler/cache.py``; every write to a
+backend's state marks it); explanations, retries that exclude backends and requests split
+by a running canary recompute everything, as ``Scheduler(cache=False)`` always does.
+Figures: loadtests/README.md (routing decision time).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from proxy.routing.scheduler.base import (
     SchedulingContext,
     Scorer,
 )
+from proxy.routing.scheduler.cache import DecisionCache
 from proxy.routing.scheduler.filters import BuiltinFilters
 from proxy.routing.scheduler.scorers import (
     AcceptanceScorer,
@@ -151,7 +158,12 @@ class Scheduler:
         canary: CanarySplit | None = None,
         latency: LatencyModel | None = None,
         prefix: PrefixIndex | None = None,
+        *,
+        cache: bool = True,
     ) -> None:
+        """``cache``: decide from per-backend results kept between requests
+        (``scheduler/cache.py``); False recomputes them for every request (the reference
+        the benchmark and the tests compare it with)."""
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
@@ -159,7 +171,23 @@ class Scheduler:
         self.latency = latency or LatencyModel(policy, acceptance)
         self.prefix = prefix
         self.policy = policy
+        self._cached = cache
         self._profile = self.build_profile(policy)
+        self._cache = self._new_cache(self._profile)
+
+    def _new_cache(self, profile: _Profile) -> DecisionCache | None:
+        if not self._cached:
+            return None
+        leading = profile.leading
+        return DecisionCache(
+            self.fleet,
+            self.acceptance,
+            self.break_even,
+            leading,
+            profile.filters[leading.count if leading is not None else 0 :],
+            profile.builtin,
+            weigh=not profile.extra,
+        )
 
     @staticmethod
     def build_profile(policy: Policy) -> _Profile:
@@ -182,24 +210,42 @@ class Scheduler:
 
     def apply_policy(self, policy: Policy) -> None:
         profile = self.build_profile(policy)
+        cache = self._new_cache(profile)
         self.policy = policy
         self._profile = profile
+        self._cache = cache
 
     def schedule(self, request: RequestInfo, *, explain: bool = False) -> Decision:
         profile = self._profile
         ctx = self._context(request, explain)
-        dropped: dict[str, str] | None = {} if explain else None
-        backends = self._filter(profile, ctx, dropped)
-        # The hysteresis state moves here, before scoring, and nowhere else.
-        self.break_even.update(backends)
-        if explain:
-            return self._explained(profile, ctx, backends, dropped or {})
+        cache = self._cache
+        base: list[float] | None = None
+        if cache is not None and cache.covers(ctx):
+            # The same filters and steps, redone only where something changed.
+            backends, base = cache.candidates(ctx)
+        else:
+            dropped: dict[str, str] | None = {} if explain else None
+            backends = self._filter(profile, ctx, dropped)
+            # The hysteresis state moves here, before scoring, and nowhere else.
+            self.break_even.update(backends)
+            if explain:
+                return self._explained(profile, ctx, backends, dropped or {})
         if not backends:
             return Decision(request, None, ctx)
-        totals = self._totals(profile, ctx, backends, None)
+        totals = self._totals(profile, ctx, backends, None, base)
         first = profile.picker.first(ctx, backends, totals)
         chosen = Candidate(backends[first], totals[first])
         return Decision(request, chosen, ctx, backends=backends, totals=totals)
+
+    def refresh(self) -> None:
+        """Re-derive what the scheduler keeps between requests after a write to many
+        backends (the store sync of the other replicas' in-flight counts), so that the next
+        requests re-score only what changes after it (``scheduler/cache.py``)."""
+        cache = self._cache
+        if cache is None:
+            return
+        for model, label in cache.kept():
+            cache.refresh(self._context(RequestInfo(model, label)))
 
     def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
         return SchedulingContext(
@@ -245,15 +291,19 @@ class Scheduler:
         ctx: SchedulingContext,
         backends: list[BackendState],
         per_plugin: dict[str, Sequence[float]] | None,
+        base: list[float] | None = None,
     ) -> list[float]:
         """Each backend's weighted score (times its policy weight); each scorer's own
-        scores go into ``per_plugin`` when it is given."""
+        scores go into ``per_plugin`` when it is given. ``base``: the built-in scorers'
+        totals, kept by the cache (weighted when no other scorer follows them)."""
         if per_plugin is None and profile.builtin is not None:
             if not profile.extra:
+                if base is not None:
+                    return base
                 return profile.builtin.totals(ctx, backends, self.fleet.weighted)
             # Added in the order the per-scorer path below adds them (built-ins first, as
             # a policy lists them), so both give the same totals.
-            totals = profile.builtin.totals(ctx, backends)
+            totals = base if base is not None else profile.builtin.totals(ctx, backends)
             for scorer, weight in profile.extra:
                 values = scorer.score_all(ctx, backends)
                 if any(values):  # adding nothing is common (no prefix held): skip it

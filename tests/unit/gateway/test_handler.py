@@ -208,6 +208,8 @@ async def test_overload_everywhere_backs_off_and_relays_retry_after() -> None:
     assert (b"retry-after", b"7") in sent[0]["headers"]
     assert sent[1]["body"] == busy.body
     assert len(upstream.urls) == 2
+    labels = {"status": "429", "code": "upstream_status"}
+    assert gateway.metrics.registry.get_sample_value("specroute_errors_total", labels) == 1
     now = time.monotonic()
     for b in gateway.runtime.fleet.backends.values():
         assert b.healthy and b.passive_failures == 0 and b.overloads == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,58 @@ async def test_refusal_carries_retry_after_and_quota_headers(tmp_path: Path) -> 
 )
 def test_durations_as_openai_writes_them(seconds: float, text: str) -> None:
     assert openai_duration(seconds) == text
+
+
+def _keys_text(*pairs: tuple[str, str]) -> str:
+    lines = "".join(f"  - {{sha256: {hash_key(key)}, tenant: {tenant}}}\n" for key, tenant in pairs)
+    return "tenants:\n  acme: {}\n  beta: {}\nkeys:\n" + lines
+
+
+def test_a_rotated_keys_file_takes_effect_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    old, new = new_key(), new_key()
+    path.write_text(_keys_text((old, "acme")))
+    metrics = TenantMetrics(CollectorRegistry())
+    front = FrontDoor(KeyRing.load(path), LocalLimiter(), metrics, path)
+    assert front.reload_keys() is False  # unchanged file: nothing read
+    assert front.authenticate(f"Bearer {old}") is not None
+
+    # Rotation: the new key in, the old one revoked.
+    path.write_text(_keys_text((new, "beta")))
+    _bump_mtime(path)
+    assert front.reload_keys() is True
+    tenant = front.authenticate(f"Bearer {new}")
+    assert tenant is not None and tenant.name == "beta"
+    with pytest.raises(GatewayError) as revoked:
+        front.authenticate(f"Bearer {old}")
+    assert revoked.value.status == 401
+
+    # A half-written file is refused; the keys in force keep serving.
+    path.write_text("tenants: [\n")
+    _bump_mtime(path)
+    assert front.reload_keys() is False
+    assert front.authenticate(f"Bearer {new}") is not None
+    # A deleted file (a Secret being remounted) changes nothing either.
+    path.unlink()
+    assert front.reload_keys() is False
+    assert front.authenticate(f"Bearer {new}") is not None
+    samples = {
+        s.labels["result"]: s.value
+        for s in metrics.keys_reloads.collect()[0].samples
+        if s.name.endswith("_total")
+    }
+    assert samples == {"ok": 1.0, "refused": 1.0}
+
+
+def test_open_mode_is_not_closed_by_a_keys_file(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    front = FrontDoor(None, LocalLimiter(), TenantMetrics(CollectorRegistry()), path)
+    path.write_text(_keys_text((new_key(), "acme")))
+    assert front.reload_keys() is False
+    assert front.authenticate(None) is None
+
+
+def _bump_mtime(path: Path) -> None:
+    # Two writes within the filesystem's timestamp granularity look unchanged.
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))

@@ -3,13 +3,16 @@
 The scheduler has one path; it is checked on random fleets three ways: the request path
 (``Picker.first``, no per-plugin scores) against the explaining path (``Picker.order``,
 every plugin's scores), its totals against each scorer run on one backend at a time, and
-the break-even state it leaves against the hysteresis rule applied by hand.
+the break-even state it leaves against the hysteresis rule applied by hand. The results
+it keeps between requests (``scheduler/cache.py``) are checked against a scheduler that
+keeps none, over random sequences of the state changes the gateway makes between two
+decisions.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -19,6 +22,8 @@ from proxy.records import RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.scheduler import cache as cache_module
+from proxy.routing.scheduler import filters as filters_module
 from proxy.routing.scheduler.base import BackendNote, SchedulingContext
 from proxy.routing.scheduler.registry import PluginError
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
@@ -32,9 +37,13 @@ METHODS = [
 ]
 
 
-def fleet_policy(rng: random.Random, routing: dict[str, Any] | None = None) -> Policy:
+def fleet_policy(
+    rng: random.Random, routing: dict[str, Any] | None = None, size: int = 24, learn: bool = False
+) -> Policy:
+    """A random fleet of up to ``size`` backends (``learn``: EAGLE's break-even learned
+    after a few requests, so it moves)."""
     backends = []
-    for i in range(rng.randint(1, 24)):
+    for i in range(rng.randint(1, size)):
         pool, method, k = METHODS[rng.randrange(len(METHODS))]
         extra: dict[str, Any] = {"max_concurrency": rng.choice([4, 16, 256])}
         if rng.random() < 0.2:
@@ -47,6 +56,8 @@ def fleet_policy(rng: random.Random, routing: dict[str, Any] | None = None) -> P
         "ngram": {"concurrency": rng.choice([4, 8, 48])},
         "eagle3": {"concurrency": rng.choice([4, 8, 64]), "hysteresis": 0.3},
     }
+    if learn:
+        break_even["eagle3"] |= {"mode": "learned", "min_samples": 3, "hysteresis": 0.1}
     sections: dict[str, Any] = {
         "pools": {pool: {"break_even": be} for pool, be in break_even.items() if pool in pools},
         "acceptance": {"min_samples": 3, "recent": 3, "probe_every": 3},
@@ -255,3 +266,159 @@ def test_a_plugin_missing_its_protocol_is_refused() -> None:
                 backend("a", "plain"), routing={"picker": {"type": f"{HERE}:ConstantScorer"}}
             )
         )
+
+
+class Clock:
+    """Monotonic time that moves only when the test says (back-offs end between steps)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def changes(rng: random.Random, s: Scheduler, clock: Clock) -> list[Callable[[], None]]:
+    """The writes the gateway makes between decisions, one of each kind."""
+    fleet, acceptance = s.fleet, s.acceptance
+    b = rng.choice(list(fleet.backends.values()))
+    label = rng.choice(["chat", "code"])
+
+    def dispatch() -> None:  # in-flight accounting and the prompt it queues
+        b.local_inflight = max(b.local_inflight + rng.choice([-1, 1, 1]), 0)
+        b.prefill_pending = rng.choice([0, 0, 300, 20000])
+
+    def sync() -> None:  # the other replicas' share, from the store
+        counts = {
+            n: rng.randint(0, 60) if rng.random() < 0.1 else fleet.backends[n].inflight
+            for n in fleet.backends
+        }
+        fleet.apply_fleet_inflight(counts, fleet.snapshot_local())
+        if rng.random() < 0.7:
+            s.refresh()  # as the gateway's sync task does
+
+    def scrape() -> None:  # one field at a time, so each must mark the backend itself
+        field = rng.choice(["kv_usage", "waiting", "window_acceptance"])
+        value = {
+            "kv_usage": rng.random() * 0.6,
+            "waiting": rng.choice([0, 0, 3]),
+            "window_acceptance": rng.choice([None, 0.2, 0.8]),
+        }[field]
+        setattr(b, field, value)
+
+    def sample() -> None:  # one finished request's acceptance, on a speculative backend
+        speculative = [x for x in fleet.backends.values() if x.speculative] or [b]
+        accepted = rng.choice([0.0, 0.0, rng.uniform(0, 4)])
+        acceptance.observe(rng.choice(speculative).name, label, accepted, 4)
+
+    def health() -> None:
+        if b.healthy:
+            b.mark_failure("connect", eject_after=1)
+        else:
+            b.mark_success(clock.now)
+
+    def quarantine() -> None:
+        b.quarantined = None if b.quarantined else "drift"
+
+    def overload() -> None:  # a 429: backs off for a while
+        b.overloaded_until = clock.now + rng.choice([0.5, 2.0])
+
+    def full() -> None:  # at its concurrency limit, or just below
+        b.local_inflight = max(b.max_concurrency - b.others_inflight - rng.randint(0, 1), 0)
+
+    def tpot() -> None:  # moves the learned break-even, and with it the band
+        speculative = rng.random() < 0.5
+        pool = "eagle3" if speculative else "plain"
+        s.break_even.observe(pool, speculative, rng.uniform(1, 90), rng.uniform(0.004, 0.03))
+
+    def time_passes() -> None:
+        clock.now += rng.choice([0.1, 1.0])
+
+    return [dispatch, sync, scrape, sample, health, quarantine, overload, full, tpot, time_passes]
+
+
+# How often each kind of change comes (acceptance samples as often as dispatches: each
+# must be seen on its own, with no other write to the same backend to hide a missing mark).
+weights = [3, 1, 2, 3, 1, 1, 1, 1, 2, 1]
+
+
+def cached_and_fresh(
+    s: Scheduler, fresh: Scheduler, request: RequestInfo, seed: float
+) -> tuple[Decision, Decision]:
+    """The cached decision, then a fresh one from the same break-even state, probe counters
+    and tie-break seed (both leave the same state behind, checked by the caller)."""
+    states = {n: b.spec_on for n, b in s.fleet.backends.items()}
+    probes = {k: w.probe_counter for k, w in s.acceptance.windows.items()}
+    s._profile.picker._random.seed(seed)  # type: ignore[attr-defined]
+    cached = s.schedule(request)
+    after = {n: b.spec_on for n, b in s.fleet.backends.items()}
+    for name, state in states.items():
+        backend_state = s.fleet.backends[name]
+        if backend_state.spec_on != state:  # a write: only where the decision changed it
+            backend_state.spec_on = state
+    for key, count in probes.items():
+        s.acceptance.windows[key].probe_counter = count
+    fresh._profile.picker._random.seed(seed)  # type: ignore[attr-defined]
+    computed = fresh.schedule(request)
+    assert {n: b.spec_on for n, b in s.fleet.backends.items()} == after
+    return cached, computed
+
+
+@pytest.mark.parametrize("routing", ROUTINGS)
+def test_kept_results_decide_as_a_fresh_computation_through_any_changes(
+    routing: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(filters_module, "time", clock)
+    monkeypatch.setattr(cache_module, "time", clock)
+    monkeypatch.setattr(cache_module, "SMALLEST_FLEET", 0)  # kept for every fleet size
+    rng = random.Random(11)
+    compared = changed_choice = 0
+    for _ in range(25):
+        policy = fleet_policy(rng, routing, size=40, learn=True)
+        fleet = Fleet(policy)
+        acceptance = AcceptanceTracker(policy.acceptance)
+        break_even = BreakEvenModel(policy)
+        s = Scheduler(policy, fleet, acceptance, break_even)
+        fresh = Scheduler(policy, fleet, acceptance, break_even, cache=False)
+        for b in fleet.backends.values():
+            b.healthy = rng.random() > 0.1
+            b.others_inflight = rng.randint(0, 40)
+        last: str | None = None
+        for _ in range(60):
+            kinds = changes(rng, s, clock)
+            for change in rng.choices(kinds, weights, k=rng.choice([0, 1, 1, 2, 3])):
+                change()
+            request = (
+                random_request(rng, s)
+                if rng.random() < 0.1
+                else RequestInfo(
+                    model=rng.choice(["m", "m", "m", "other"]), label=rng.choice(["chat", "code"])
+                )
+            )
+            cached, computed = cached_and_fresh(s, fresh, request, rng.random())
+            assert cached.notes == computed.notes
+            assert cached.context is not None and computed.context is not None
+            assert cached.context.forced == computed.context.forced
+            chosen = cached.chosen.backend.name if cached.chosen else None
+            assert chosen == (computed.chosen.backend.name if computed.chosen else None)
+            totals = {c.backend.name: c.total for c in computed.ordered}
+            assert {c.backend.name: c.total for c in cached.ordered} == totals
+            compared += 1
+            changed_choice += chosen != last
+            last = chosen
+    assert compared == 25 * 60
+    assert changed_choice > 200  # the changes moved the decisions, often
+
+
+def test_results_are_kept_for_large_fleets_only() -> None:
+    """Below ``SMALLEST_FLEET`` backends of a model, recomputing is cheaper: nothing kept."""
+    for size, kept in (
+        (cache_module.SMALLEST_FLEET - 1, False),
+        (cache_module.SMALLEST_FLEET, True),
+    ):
+        policy = make_policy(*(backend(f"plain-{i}", "plain") for i in range(size)))
+        s = healthy_scheduler(policy)
+        decision = s.schedule(RequestInfo("m", "chat"))
+        assert decision.chosen is not None
+        assert bool(s._cache and s._cache.kept()) is kept, size

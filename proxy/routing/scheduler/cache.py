@@ -1,0 +1,354 @@
+"""Decisions without a pass over the fleet per request: the leading filters' verdicts, the
+break-even step and the built-in scores of every backend are kept between requests and
+redone only for the backends whose inputs changed since.
+
+A request changes the state of one or two backends (its dispatch, another's first byte or
+end, an acceptance sample); a scrape or a store sync changes many, a few times a second.
+Everything a kept result depends on is either one backend's own state, whose every write
+marks it (``BackendState.__setattr__`` into ``Fleet.changes``), the acceptance tracker's
+usable rates (``AcceptanceTracker.changes``), a pool's break-even band
+(``BreakEvenModel.changes``), the policy (a new cache per policy) or the fleet's membership
+(checked by identity). The per-backend results are the plugins' own passes run over the
+changed backends only, so the formulas stay where they are, and
+tests/unit/routing/scheduler/test_decisions.py checks on random sequences of state changes
+that this path decides as a fresh computation does. Figures: loadtests/README.md (routing
+decision time).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.scheduler.base import Filter, SchedulingContext
+from proxy.routing.scheduler.filters import BuiltinFilters
+from proxy.routing.scheduler.scorers import BuiltinScorers
+
+
+@dataclass(slots=True)
+class _Scores:
+    """The built-in totals for one (model, class), in its group's ``backends`` order."""
+
+    totals: list[float] = field(default_factory=list)
+    pos: dict[str, int] = field(default_factory=dict)
+    # The group generation the totals follow (-1: none yet).
+    generation: int = -1
+    # Backends to re-score the next time they are candidates.
+    pending: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Group:
+    """What is kept for one model: the leading filters' survivors (the same for every
+    class), and which backends the break-even step has not seen since they changed."""
+
+    # The backends the leading filters look at (the model's, in fleet order) and by name.
+    source: list[BackendState]
+    members: dict[str, BackendState]
+    # The leading filters' result: a new list whenever it changes (decisions hold it).
+    backends: list[BackendState] = field(default_factory=list)
+    pos: dict[str, int] = field(default_factory=dict)
+    # Whether that result is the backends that passed every leading filter (not the
+    # quarantined or backing-off ones kept because no other is left): it then changes
+    # only when a changed backend passes where it did not, or the other way round.
+    plain: bool = False
+    # Backends whose verdict may have moved, and those to step the next time they are
+    # candidates.
+    stale: set[str] = field(default_factory=set)
+    unstepped: set[str] = field(default_factory=set)
+    # When a back-off ends (the verdicts then move with time alone).
+    wake: float = -math.inf
+    # Bumped whenever ``backends`` is replaced (the classes' totals follow it).
+    generation: int = 0
+    # The built-in totals per class.
+    classes: dict[str, _Scores] = field(default_factory=dict)
+
+
+# Below this many backends of a request's model, recomputing every backend costs less than
+# keeping results (loadtests/README.md, routing decision time: at 8 and 16 backends the
+# kept-results path took 1.2-1.3x the time of recomputing, at 24 as long, at 64 0.64x).
+SMALLEST_FLEET = 24
+
+
+class DecisionCache:
+    """The kept per-backend results of one policy's profile (a new one per policy)."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        acceptance: AcceptanceTracker,
+        break_even: BreakEvenModel,
+        leading: BuiltinFilters | None,
+        rest: Sequence[Filter],
+        builtin: BuiltinScorers | None,
+        weigh: bool,
+    ) -> None:
+        self._fleet = fleet
+        self._break_even = break_even
+        # No leading built-in filters: a view of the whole fleet, every filter after it.
+        self._leading = leading or BuiltinFilters()
+        self._rest = tuple(rest)
+        self._builtin = builtin
+        # Whether the built-in totals are multiplied by the backends' weights here (no
+        # other scorer adds to them before that).
+        self._weigh = weigh
+        self._written = fleet.changes.subscribe(self)
+        self._rated = acceptance.changes.subscribe(self)
+        self._banded = break_even.changes.subscribe(self)
+        self._groups: dict[str, _Group] = {}
+        self._smallest = SMALLEST_FLEET
+        self._backends = fleet.backends
+
+    def covers(self, ctx: SchedulingContext) -> bool:
+        """Whether this request may be decided from the kept results: not a retry that
+        excludes backends, not split by a running canary, not explained, and enough
+        backends for keeping results to pay (``SMALLEST_FLEET``)."""
+        if ctx.request.exclude or ctx.explain:
+            return False
+        if ctx.canary is not None and self._leading.canary:
+            return False
+        fleet = self._fleet
+        if self._leading.model:
+            return len(fleet.by_model.get(ctx.request.model) or ()) >= self._smallest
+        return len(fleet.backends) >= self._smallest
+
+    def candidates(self, ctx: SchedulingContext) -> tuple[list[BackendState], list[float] | None]:
+        """The backends every filter keeps, stepped (break-even), and their built-in totals
+        (None: the profile has no built-in scorers); the totals list is the caller's."""
+        self._drain()
+        model = ctx.request.model
+        group = self._groups.get(model)
+        if group is None:
+            group = self._groups[model] = self._new_group(model)
+        self._verdicts(ctx, group)
+        listed = group.backends
+        backends = self._filter_rest(ctx, listed) if listed else listed
+        if ctx.forced is not None and all(b.name != ctx.forced for b in backends):
+            ctx.forced = None
+        if not backends:
+            return backends, None
+        if group.unstepped:
+            self._step(group, _pick(group.unstepped, backends, listed, group.pos))
+        if self._builtin is None:
+            return backends, None
+        label = ctx.request.label
+        scores = group.classes.get(label)
+        if scores is None:
+            scores = group.classes[label] = _Scores()
+        if scores.generation != group.generation:
+            self._follow(group, scores)
+        if scores.pending:
+            self._rescore(ctx, group, scores, backends)
+        totals = scores.totals
+        if backends is listed:
+            return backends, totals.copy()
+        pos = group.pos
+        return backends, [totals[pos[b.name]] for b in backends]
+
+    def kept(self) -> list[tuple[str, str]]:
+        """The (model, class) pairs with results kept."""
+        if self._builtin is None:
+            return []
+        return [(model, label) for model, group in self._groups.items() for label in group.classes]
+
+    def refresh(self, ctx: SchedulingContext) -> None:
+        """Bring what is kept for ``ctx``'s (model, class) up to date for every backend the
+        leading filters keep: called after a write to many backends (a store sync), off
+        the request path, so that no request pays for it. The break-even step runs for
+        those backends as it would for a request's candidates, except the ones below the
+        acceptance floor for some class (the floor filter may keep them from being
+        candidates); the later filters do not run (they may act, as the floor's probes
+        do)."""
+        self._drain()
+        request = ctx.request
+        group = self._groups.get(request.model)
+        scores = group.classes.get(request.label) if group is not None else None
+        if group is None or scores is None:
+            return
+        self._verdicts(ctx, group)
+        listed = group.backends
+        if group.unstepped and listed:
+            below = ctx.acceptance.below
+            avoided = set().union(*below.values()) if any(below.values()) else set()
+            unstepped = group.unstepped
+            self._step(group, [b for b in listed if b.name in unstepped and b.name not in avoided])
+        if scores.generation != group.generation:
+            self._follow(group, scores)
+        if scores.pending and listed:
+            self._rescore(ctx, group, scores, listed)
+
+    def _step(self, group: _Group, todo: list[BackendState]) -> None:
+        """The break-even step for these candidates."""
+        if not todo:
+            return
+        group.unstepped.difference_update([b.name for b in todo])
+        if self._written:
+            self._drain()
+        self._break_even.update(todo)
+        written = self._written
+        if written:
+            # A flip is a write: re-scored now, stepped once more next time. The leading
+            # filters do not read the break-even state, so a flip moves no verdict.
+            flipped = list(written)
+            self._drain()
+            group.stale.difference_update(flipped)
+
+    def _new_group(self, model: str) -> _Group:
+        fleet = self._fleet
+        if self._leading.model:
+            source = list(fleet.by_model.get(model) or ())
+        else:
+            source = list(fleet.backends.values())
+        members = {b.name: b for b in source}
+        return _Group(source, members, stale=set(members), unstepped=set(members))
+
+    def _drain(self) -> None:
+        """Hand what changed since the last request to every group and class."""
+        if self._fleet.backends is not self._backends:  # a new policy's fleet
+            self._groups.clear()
+            self._backends = self._fleet.backends
+        written, rated, banded = self._written, self._rated, self._banded
+        if banded:
+            pools = set(banded)
+            banded.clear()
+            for group in self._groups.values():
+                group.unstepped.update(b.name for b in group.source if b.pool in pools)
+        if written or rated:
+            for group in self._groups.values():
+                # Only this model's backends (a mark of another's would stay pending).
+                mine = group.members.keys()
+                if written:
+                    moved = written & mine
+                    group.stale |= moved
+                    group.unstepped |= moved
+                    rescore = moved | (rated & mine) if rated else moved
+                else:
+                    rescore = rated & mine
+                if rescore:
+                    for scores in group.classes.values():
+                        scores.pending |= rescore
+            written.clear()
+            rated.clear()
+
+    def _verdicts(self, ctx: SchedulingContext, group: _Group) -> None:
+        """Bring the group's survivors up to date with what changed."""
+        at = time.monotonic() if self._leading.healthy else 0.0
+        stale = group.stale
+        if at >= group.wake or not group.plain or len(stale) * 2 > len(group.source):
+            if stale or at >= group.wake:
+                self._rebuild(ctx, group, at)
+            return
+        if not stale:
+            return
+        members = group.members
+        changed = [b for name in stale if (b := members.get(name)) is not None]
+        stale.clear()
+        passing = {b.name for b in self._leading.sort(ctx, changed, None, at).kept}
+        pos = group.pos
+        for b in changed:
+            if (b.name in passing) != (b.name in pos):
+                self._rebuild(ctx, group, at)
+                return
+            if at < b.overloaded_until < group.wake:
+                group.wake = b.overloaded_until
+
+    def _rebuild(self, ctx: SchedulingContext, group: _Group, at: float) -> None:
+        """Every verdict afresh (many backends changed, a verdict moved, a back-off
+        ended)."""
+        source = group.source
+        verdicts = self._leading.sort(ctx, source, None, at)
+        group.stale.clear()
+        group.wake = min(
+            (b.overloaded_until for b in source if b.overloaded_until > at), default=math.inf
+        )
+        result = verdicts.result
+        group.plain = verdicts.clean and result is verdicts.kept
+        listed = group.backends
+        if len(result) != len(listed) or any(
+            a is not b for a, b in zip(result, listed, strict=True)
+        ):
+            group.backends = result
+            group.pos = {b.name: i for i, b in enumerate(result)}
+            group.generation += 1
+
+    def _follow(self, group: _Group, scores: _Scores) -> None:
+        """Re-align a class's totals to its group's new survivors: kept where known, the
+        newcomers pending."""
+        old, old_pos = scores.totals, scores.pos
+        totals = []
+        pending = scores.pending
+        for b in group.backends:
+            i = old_pos.get(b.name)
+            if i is None:
+                pending.add(b.name)
+                totals.append(0.0)
+            else:
+                totals.append(old[i])
+        scores.totals, scores.pos = totals, group.pos
+        scores.generation = group.generation
+
+    def _filter_rest(
+        self, ctx: SchedulingContext, backends: list[BackendState]
+    ) -> list[BackendState]:
+        """The filters after the leading ones, as ``Scheduler._filter`` runs them."""
+        for flt in self._rest:
+            kept = flt.filter(ctx, backends)
+            if not kept and flt.soft:
+                continue
+            backends = kept
+            if not backends:
+                break
+        return backends
+
+    def _rescore(
+        self,
+        ctx: SchedulingContext,
+        group: _Group,
+        scores: _Scores,
+        backends: list[BackendState],
+    ) -> None:
+        """Re-score the pending candidates (the others stay pending)."""
+        assert self._builtin is not None
+        pending, listed, pos = scores.pending, group.backends, group.pos
+        weigh = self._weigh and self._fleet.weighted
+        totals = scores.totals
+        if backends is listed and len(pending) * 4 < len(listed):
+            # Few: found through their places, the others (filtered out) left pending.
+            places = [i for name in pending if (i := pos.get(name)) is not None]
+            values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
+            for i, value in zip(places, values, strict=True):
+                totals[i] = value
+            if len(places) == len(pending):
+                pending.clear()
+            else:
+                pending.difference_update([listed[i].name for i in places])
+            return
+        todo = [b for b in backends if b.name in pending]
+        if not todo:
+            return
+        values = self._builtin.totals(ctx, todo, weigh)
+        if backends is listed and len(todo) == len(listed):
+            scores.totals = values
+            pending.difference_update(pos)
+            return
+        pending.difference_update([b.name for b in todo])
+        for b, value in zip(todo, values, strict=True):
+            totals[pos[b.name]] = value
+
+
+def _pick(
+    names: set[str],
+    backends: list[BackendState],
+    listed: list[BackendState],
+    pos: dict[str, int],
+) -> list[BackendState]:
+    """The candidates among ``names`` (``backends``: the candidates, a sub-list of
+    ``listed``, whose places ``pos`` holds), in candidate order when many."""
+    if backends is listed and len(names) * 4 < len(backends):
+        return [listed[i] for name in names if (i := pos.get(name)) is not None]
+    return [b for b in backends if b.name in names]
