@@ -28,7 +28,7 @@ from proxy.routing.cached_share import CachedShareAcceptance
 from proxy.routing.fleet import Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
-from proxy.routing.prefix import PrefixIndex
+from proxy.routing.prefix import CacheReports, PrefixIndex
 from proxy.routing.prefix_share import PrefixSync
 from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
@@ -80,7 +80,9 @@ def compose(
     )
     shadow.on_policy(policy)
     latency = LatencyModel(policy, acceptance)
-    prefix = PrefixIndex()
+    # Which backends report cached tokens: read by the index and the acceptance split.
+    reports = CacheReports()
+    prefix = PrefixIndex(reports=reports)
     scheduler = Scheduler(policy, fleet, acceptance, break_even, canary, latency, prefix)
     runtime = Runtime(
         policy,
@@ -94,7 +96,7 @@ def compose(
     )
     observer = Observer(store, fleet, acceptance, break_even, metrics, latency)
     recent = RecentRequests()  # the console's rows
-    cached_share = CachedShareAcceptance(fleet)
+    cached_share = CachedShareAcceptance(fleet, reports)
     traffic = tuple(traffic_log(settings, store, metrics.registry))
     access = (AccessLog(),) if settings.access_log else ()
     listeners: tuple[OutcomeListener, ...] = (

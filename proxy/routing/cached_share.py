@@ -10,7 +10,8 @@ option to keep that block (vllm-project/vllm#53388, ``disable_eagle_block_drop``
 the cached share, but the guarantee rests on that engine-side rule, and issues such as
 vllm-project/vllm#14649 (EAGLE/MTP not overwriting approximated hidden states, 8-15 %
 shorter acceptance) show how such degradations stay silent. This tracker makes it visible:
-every speculative response that reports ``cached_tokens`` adds its accepted and drafted
+every speculative response from a backend that reports ``cached_tokens`` (see
+``prefix.CacheReports``: older vLLM omits them when none were cached) adds its accepted and drafted
 tokens (``observe.acceptance_of``: vLLM's per-request summary, else the stream's shape) to
 its pool's bucket of cached/prompt tokens: ``0``, ``0-0.5`` (up to half), ``0.5-1``.
 """
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 from proxy.records import Outcome, ParsedRequest, Route
 from proxy.routing.fleet import Fleet
 from proxy.routing.observe import acceptance_of
+from proxy.routing.prefix import CacheReports
 
 SHARES = ("0", "0-0.5", "0.5-1")
 WINDOW = 500  # requests per (pool, share) in the windowed rate
@@ -63,12 +65,13 @@ class CachedShareAcceptance(Collector):
     """An outcome listener: per (pool, cached share), the acceptance of speculative
     responses; read by ``/admin/acceptance`` and, as a collector, by ``/metrics``."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, reports: CacheReports | None = None) -> None:
         self.fleet = fleet
+        self.reports = reports or CacheReports()
         self._buckets: dict[tuple[str, str], _Bucket] = {}
 
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
-        cached, prompt = outcome.cached_tokens, outcome.prompt_tokens
+        cached, prompt = self.reports.cached(outcome), outcome.prompt_tokens
         if not outcome.ok or not outcome.speculative or cached is None or not prompt:
             return
         backend = self.fleet.get(outcome.backend)

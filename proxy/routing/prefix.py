@@ -75,6 +75,29 @@ def covered_share(run: int, total: int) -> float:
     return CHUNK_ENDS[run - 1] / CHUNK_ENDS[total - 1] if run > 0 else 0.0
 
 
+class CacheReports:
+    """Which backends report cached prompt tokens, so that a report's absence can be read.
+
+    vLLM writes ``usage.prompt_tokens_details.cached_tokens`` only with
+    ``--enable-prompt-tokens-details``, and several releases write it only when something
+    was cached (``if self.enable_prompt_tokens_details and num_cached_tokens:`` in
+    vllm/entrypoints/openai/serving_chat.py and serving_completion.py; the 0.32 CPU build
+    of the e2e tier writes 0). So once a backend has reported cached tokens, a response
+    with usage but without them counts as nothing cached; until then, as unknown.
+    """
+
+    def __init__(self) -> None:
+        self._reporting: set[str] = set()
+
+    def cached(self, outcome: Outcome) -> int | None:
+        if outcome.cached_tokens is not None:
+            self._reporting.add(outcome.backend)
+            return outcome.cached_tokens
+        if outcome.prompt_tokens and outcome.backend in self._reporting:
+            return 0
+        return None
+
+
 @dataclass(slots=True)
 class Precision:
     """How far a backend's predicted prefix hits were borne out (an EWMA in [0, 1])."""
@@ -103,7 +126,11 @@ class PrefixIndex:
     """
 
     def __init__(
-        self, capacity: int = 65536, holders_per_chunk: int = 4, outbox: int = 4096
+        self,
+        capacity: int = 65536,
+        holders_per_chunk: int = 4,
+        outbox: int = 4096,
+        reports: CacheReports | None = None,
     ) -> None:
         if capacity <= 0 or holders_per_chunk <= 0 or outbox <= 0:
             raise ValueError("prefix index: capacity, holders_per_chunk, outbox must be > 0")
@@ -116,6 +143,7 @@ class PrefixIndex:
         self._horizon: dict[str, float] = {}
         self.precision: dict[str, Precision] = {}
         self.outbox: deque[SharedPrefix] = deque(maxlen=outbox)
+        self.reports = reports or CacheReports()
         # Per backend: prompt tokens predicted cached on responses without a per-response
         # report, for the counter-based correction.
         self.predicted_tokens: dict[str, float] = {}
@@ -243,7 +271,7 @@ class PrefixCorrection:
             # with the same prefix): the engine's report says nothing about the index.
             return
         predicted_share = covered_share(predicted, len(chunks))
-        cached = outcome.cached_tokens
+        cached = index.reports.cached(outcome)
         if cached is None:
             # No per-response report: accumulate for the counter-based correction.
             index.predicted_tokens[backend] = (

@@ -48,10 +48,10 @@ def test_acceptance_per_pool_and_cached_share_in_admin_and_metrics() -> None:
     tracker = CachedShareAcceptance(fleet)
     route = Route(RequestInfo("m", "rag"), "ngram-0", "ngram", RouteReason(RouteKind.PLAIN, ""))
     for done in (
+        outcome(None, 40, 40),  # the backend not known to report yet: unknown, not counted
         outcome(0, 30, 40),
         outcome(0, 10, 40),
         outcome(160, 20, 40),
-        outcome(None, 40, 40),  # cached share unknown: not counted
         outcome(160, 40, 40, speculative=False),  # a plain engine: nothing drafted
     ):
         tracker.on_outcome(PARSED, done, route)
@@ -64,3 +64,15 @@ def test_acceptance_per_pool_and_cached_share_in_admin_and_metrics() -> None:
     text = generate_latest(registry).decode()
     assert 'specroute_acceptance_by_cached_share{pool="ngram",share="0.5-1"} 0.5' in text
     assert 'specroute_acceptance_by_cached_share_requests_total{pool="ngram",share="0"} 2.0' in text
+
+
+def test_omitted_cached_tokens_count_as_none_once_the_backend_reported_some() -> None:
+    fleet = Fleet(make_policy(backend("ngram-0", "ngram", "ngram", 4)))
+    tracker = CachedShareAcceptance(fleet)
+    route = Route(RequestInfo("m", "rag"), "ngram-0", "ngram", RouteReason(RouteKind.PLAIN, ""))
+    tracker.on_outcome(PARSED, outcome(160, 20, 40), route)
+    tracker.on_outcome(PARSED, outcome(None, 30, 40), route)
+    assert {row["cached_share"]: row["requests"] for row in tracker.snapshot()} == {
+        "0": 1,
+        "0.5-1": 1,
+    }

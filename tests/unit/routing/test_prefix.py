@@ -15,6 +15,7 @@ from proxy.records import (
 )
 from proxy.routing.prefix import (
     CHUNK_ENDS,
+    CacheReports,
     PrefixCorrection,
     PrefixIndex,
     covered_share,
@@ -173,3 +174,20 @@ def test_long_prompts_are_hashed_in_a_bounded_number_of_growing_chunks() -> None
     assert prompt_chunks({"prompt": "y" * 200_000})[:3] != huge[:3]
     assert covered_share(16, 44) == 8192 / 65536 and covered_share(44, 44) == 1.0
     assert covered_share(2, 4) == 0.5 and covered_share(0, 4) == 0.0
+
+
+def test_a_backend_that_reports_cached_tokens_reports_none_cached_by_omission() -> None:
+    # Several vLLM releases omit prompt_tokens_details when nothing was cached.
+    reports = CacheReports()
+    omitted = Outcome("a", "plain", False, "chat", 0, 0.0, prompt_tokens=100)
+    assert reports.cached(omitted) is None  # never reported: unknown
+    reported = Outcome("a", "plain", False, "chat", 0, 0.0, prompt_tokens=100)
+    reported.cached_tokens = 64
+    assert reports.cached(reported) == 64
+    assert reports.cached(omitted) == 0
+    no_usage = Outcome("a", "plain", False, "chat", 0, 0.0)
+    assert reports.cached(no_usage) is None
+    index = PrefixIndex(reports=reports)
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=None, at=1)
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=None, at=2)  # omitted: a miss
+    assert index.precision["a"].misses == 1 and index.predicted_tokens == {}
