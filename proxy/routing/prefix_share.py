@@ -35,6 +35,9 @@ from proxy.store import Store
 
 log = logging.getLogger("specroute.prefix")
 
+PAGE = 2000
+PAGES = 4
+
 
 class PrefixSync:
     def __init__(
@@ -69,12 +72,19 @@ class PrefixSync:
         return len(batch)
 
     async def pull(self) -> int:
+        """Merge the other replicas' records written since the last pull (at most
+        ``PAGES`` pages of ``PAGE`` records per call, so one busy interval cannot hold
+        the event loop; the rest follows on the next)."""
         if not self.share:
             return 0
-        page = await self.store.prefixes_after(self._cursor, self.max_age_s)
-        self._cursor = page.cursor
         own = self.store.replica_id
-        merged = self.index.apply_remote(r for r in page.records if r.replica != own)
+        merged = 0
+        for _ in range(PAGES):
+            page = await self.store.prefixes_after(self._cursor, self.max_age_s, PAGE)
+            self._cursor = page.cursor
+            merged += self.index.apply_remote(r for r in page.records if r.replica != own)
+            if len(page.records) < PAGE:
+                break
         self.applied += merged
         return merged
 

@@ -7,8 +7,8 @@ import pytest
 
 from proxy.routing.fleet import Fleet
 from proxy.routing.prefix import PrefixIndex
-from proxy.routing.prefix_share import PrefixSync
-from proxy.store import MemoryStore
+from proxy.routing.prefix_share import PAGE, PrefixSync
+from proxy.store import MemoryStore, SharedPrefix
 from tests.fixtures.redis import Replicas
 from tests.unit.policy_helpers import backend, make_policy
 
@@ -61,3 +61,14 @@ def test_counters_are_compared_once_per_scrape_after_a_baseline() -> None:
     assert index.confidence("a") == pytest.approx(1 - 0.2 * 0.75)
     assert index.precision["a"].source == "counters"
     assert "b" not in index.precision  # exports no counters
+
+
+async def test_a_backlog_is_read_in_pages() -> None:
+    # Another replica's records, more than one page of them (written as that replica).
+    store = MemoryStore("other")
+    await store.add_prefixes([SharedPrefix("a", (i, i + 1)) for i in range(PAGE + 10)])
+    store.replica_id = "this"
+    sync = PrefixSync(PrefixIndex(), store, fleet)
+    assert await sync.pull() == PAGE + 10
+    assert sync.index.held((PAGE + 9, PAGE + 10)) == {"a": 2}
+    assert await sync.pull() == 0
