@@ -41,6 +41,10 @@ PROMPT = (
 )
 
 
+# The gateway's own default upstream client: its target is plain "gateway".
+DEFAULT_UPSTREAM = "h1"
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     delays_ms: tuple[float, ...] = (0.0, 10.0)
@@ -48,7 +52,7 @@ class Plan:
     duration_s: float = 3.0
     warmup_s: float = 0.5
     chunks: int = 64
-    upstreams: tuple[str, ...] = ("aiohttp",)
+    upstreams: tuple[str, ...] = (DEFAULT_UPSTREAM,)
     repeat: int = 1
     min_streams: int = 12  # per window: slow streams at low concurrency need a longer window
     router: str | None = None  # the vllm-router launcher; None leaves the Rust router out
@@ -115,7 +119,7 @@ def router_args(port: int, stub_url: str) -> list[str]:
 
 
 def gateway_target(upstream: str) -> str:
-    return "gateway" if upstream == "aiohttp" else f"gateway-{upstream}"
+    return "gateway" if upstream == DEFAULT_UPSTREAM else f"gateway-{upstream}"
 
 
 def write_policy(directory: Path, stub_url: str) -> Path:
@@ -263,9 +267,9 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
     )
     parser.add_argument(
         "--upstream",
-        choices=["aiohttp", "httpx"],
+        choices=["h1", "aiohttp", "httpx"],
         action="append",
-        help="gateway upstream client(s) to measure (default: aiohttp)",
+        help="gateway upstream client(s) to measure (default: h1, the gateway's own)",
     )
     parser.add_argument(
         "--no-router", action="store_true", help="leave the Rust router (vllm-router) out"
@@ -291,7 +295,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else Plan()
-    upstreams = list(dict.fromkeys(args.upstream or ["aiohttp"]))
+    upstreams = list(dict.fromkeys(args.upstream or [DEFAULT_UPSTREAM]))
     if args.with_httpx and "httpx" not in upstreams:
         upstreams.append("httpx")
     changes: dict[str, Any] = {"upstreams": tuple(upstreams)}

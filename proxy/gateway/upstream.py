@@ -196,4 +196,8 @@ class HttpxUpstream:
 def make_upstream(settings: Settings) -> UpstreamClient:
     if settings.upstream_client == "httpx":
         return HttpxUpstream(settings)
+    if settings.upstream_client == "h1":
+        from proxy.gateway.upstream_h1 import H1Upstream  # it imports this module's seam
+
+        return H1Upstream(settings)
     return AiohttpUpstream(settings)
