@@ -72,3 +72,20 @@ def test_a_200_kb_header_is_refused_with_431(gw: Any) -> None:
     assert resp.status_code == 431
     ok = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10)
     assert ok.status_code == 200
+
+
+def test_a_kept_alive_connection_is_timed_again_for_its_next_header(gw: Any) -> None:
+    port = int(gw.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(5.0)
+        # Idle for longer than the header timeout between connecting and the first byte is
+        # the header's time too; so send at once, then wait past the timeout between requests.
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(1.5)  # idle between requests is the keep-alive timeout's, not the header's
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        sock.sendall(HALF_HEADER)
+        assert closed_by_peer(sock)
+        assert 0.9 <= time.monotonic() - started < 4.0
