@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from collections.abc import Mapping
-from typing import cast
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -277,10 +277,12 @@ class _Pool:
 
 
 class _H1Response:
-    __slots__ = ("_conn", "_done", "_pool", "content_type", "passed", "status")
+    __slots__ = ("_conn", "_done", "_pool", "content_type", "next_chunk", "passed", "status")
 
     def __init__(self, conn: _Connection, pool: _Pool) -> None:
         self._conn = conn
+        # The connection's own method: no coroutine of ours wrapped around each chunk.
+        self.next_chunk: Callable[[], Coroutine[Any, Any, bytes]] = conn.next_chunk
         self._pool = pool
         # Released or aborted: the connection may already carry another request.
         self._done = False
@@ -291,9 +293,6 @@ class _H1Response:
                 self.content_type = value.decode("latin-1")
                 break
         self.passed = passed_headers(conn.headers)
-
-    async def next_chunk(self) -> bytes:
-        return await self._conn.next_chunk()
 
     async def read(self) -> bytes:
         parts = []
