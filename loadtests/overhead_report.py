@@ -282,6 +282,39 @@ def format_targets_23(checks: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def format_summary(points: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+    """Issue 23's table: one line per relay, Markdown, from whichever points were run."""
+    by = {(p["delay_ms"], p["concurrency"], p["target"]): p for p in points}
+    added = {(c["delay_ms"], c["concurrency"], c["target"]): c for c in comparisons}
+    delays = sorted({p["delay_ms"] for p in points})
+    ttft_delay = TTFT_DELAY_MS if TTFT_DELAY_MS in delays else delays[-1]
+    out = [
+        f"| target | added TTFT p50, c=1 ({ttft_delay:g} ms) | c=32 ({ttft_delay:g} ms)"
+        " | chunks/s c=64 | chunks/s c=256 | proxy CPU µs per chunk (c=64)"
+        " | chunks per proxy core-second | µs per chunk c=256, 10 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for target in dict.fromkeys(p["target"] for p in points):
+        if target == "direct":
+            continue
+
+        def ttft(c: int, target: str = target) -> str:
+            value = added.get((ttft_delay, c, target), {}).get("added_ttft_p50_ms")
+            return "-" if value is None else f"{value:+.2f} ms"
+
+        def at(delay: float, c: int, key: str, spec: str, target: str = target) -> str:
+            return _f(by.get((delay, c, target), {}).get(key), spec)
+
+        out.append(
+            f"| {target} | {ttft(1)} | {ttft(32)}"
+            f" | {at(0.0, 64, 'chunks_per_s', ',.0f')} | {at(0.0, 256, 'chunks_per_s', ',.0f')}"
+            f" | {at(0.0, 64, 'proxy_cpu_us_per_chunk', '.1f')}"
+            f" | {at(0.0, 64, 'chunks_per_proxy_core_s', ',.0f')}"
+            f" | {at(10.0, 256, 'proxy_cpu_us_per_chunk', '.1f')} |"
+        )
+    return "\n".join(out)
+
+
 def format_report(results: dict[str, Any]) -> str:
     plan = results["plan"]
     machine = results["machine"]
@@ -300,4 +333,5 @@ def format_report(results: dict[str, Any]) -> str:
         sections.append(format_scenario(delay, plan["chunks"], points, comps))
     sections.append(format_targets(results["targets"]))
     sections.append(format_targets_23(results.get("targets_23", [])))
+    sections.append(format_summary(results["points"], results["comparisons"]))
     return "\n\n".join(sections)
