@@ -1,13 +1,15 @@
 """The gateway's overhead benchmark: the same streaming load sent straight to a fast stub
-backend, through the gateway, and through a minimal aiohttp pass-through (the yardstick).
+backend, through the gateway, through a minimal aiohttp pass-through (the yardstick) and
+through vLLM's Rust router (``vllm-router``), when it is installed.
 
-For each inter-chunk delay (0 and 10 ms) one stub, one yardstick and one gateway per upstream
-client run as separate processes; each concurrency level then loads every target in turn
-with closed-loop clients in this process. Figures: chunks/s, TTFT p50/p99 and each relay's
-CPU-microseconds per chunk, with ratios to direct and to the yardstick, and the issue's
-targets checked.
+For each inter-chunk delay (0 and 10 ms) one stub, one yardstick, the Rust router and one
+gateway per upstream client run as separate processes; each concurrency level then loads
+every target in turn with closed-loop clients in this process. Figures: chunks/s, TTFT
+p50/p99 and each relay's CPU-microseconds per chunk (and chunks per relay core-second), with
+ratios to direct and to the yardstick, and the targets of issues 2 and 23 checked.
+``--before DIR`` adds the gateway of another checkout (``gateway-before``) to the same run.
 
-    python -m loadtests.overhead [--quick] [--json PATH] [--with-httpx]
+    python -m loadtests.overhead [--quick] [--json PATH] [--with-httpx] [--before DIR]
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import argparse
 import dataclasses
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable
@@ -26,8 +30,8 @@ from typing import Any
 import orjson
 
 from loadtests.loadgen_sse import load_average, run_point
-from loadtests.overhead_report import check_targets, compare, format_report
-from loadtests.processes import Service, free_port, start, start_all
+from loadtests.overhead_report import check_targets, check_targets_23, compare, format_report
+from loadtests.processes import ROOT, Service, free_port, start, start_all
 from loadtests.stub_backend import new_event_loop
 
 MODEL = "stub-model"
@@ -37,6 +41,10 @@ PROMPT = (
 )
 
 
+# The gateway's own default upstream client: its target is plain "gateway".
+DEFAULT_UPSTREAM = "h1"
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     delays_ms: tuple[float, ...] = (0.0, 10.0)
@@ -44,9 +52,11 @@ class Plan:
     duration_s: float = 3.0
     warmup_s: float = 0.5
     chunks: int = 64
-    upstreams: tuple[str, ...] = ("aiohttp",)
+    upstreams: tuple[str, ...] = (DEFAULT_UPSTREAM,)
     repeat: int = 1
     min_streams: int = 12  # per window: slow streams at low concurrency need a longer window
+    router: str | None = None  # the vllm-router launcher; None leaves the Rust router out
+    before: str | None = None  # another checkout whose gateway runs as "gateway-before"
 
     @property
     def expected_events(self) -> int:
@@ -69,8 +79,47 @@ def request_body(chunks: int) -> bytes:
     )
 
 
+ROUTER_VERSION = "0.1.17"
+ROUTER_VENV = ROOT / ".venv-router"
+ROUTER_HOWTO = (
+    "the Rust router (PyPI package vllm-router, a prebuilt binary) is not installed; add it with\n"
+    "  python -m loadtests.overhead --install-router\n"
+    f"(creates {ROUTER_VENV.name}/ in the repository: a venv of its own, as it brings fastapi,\n"
+    f"requests and setproctitle), or point SPECROUTE_VLLM_ROUTER at a vllm-router executable"
+)
+
+
+def find_router() -> str | None:
+    """The ``vllm-router`` launcher: $SPECROUTE_VLLM_ROUTER, the repository's .venv-router, PATH."""
+    explicit = os.environ.get("SPECROUTE_VLLM_ROUTER")
+    if explicit:
+        return explicit
+    local = ROUTER_VENV / "bin" / "vllm-router"
+    if local.exists():
+        return str(local)
+    return shutil.which("vllm-router")
+
+
+def install_router() -> str:
+    """Create .venv-router with vllm-router pinned; it stays out of the project's own venv."""
+    subprocess.run([sys.executable, "-m", "venv", str(ROUTER_VENV)], check=True)
+    pip = [str(ROUTER_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, f"vllm-router=={ROUTER_VERSION}"], check=True)
+    return str(ROUTER_VENV / "bin" / "vllm-router")
+
+
+def router_args(port: int, stub_url: str) -> list[str]:
+    # Default policy (cache_aware), retries and circuit breaker left on: the router as it
+    # ships. Its Prometheus exporter gets a free port so that runs cannot collide on 29000.
+    return [
+        "--host", "127.0.0.1", "--port", str(port), "--worker-urls", stub_url,
+        "--log-level", "warning", "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(free_port()),
+    ]  # fmt: skip
+
+
 def gateway_target(upstream: str) -> str:
-    return "gateway" if upstream == "aiohttp" else f"gateway-{upstream}"
+    return "gateway" if upstream == DEFAULT_UPSTREAM else f"gateway-{upstream}"
 
 
 def write_policy(directory: Path, stub_url: str) -> Path:
@@ -93,12 +142,23 @@ async def _start_fleet(plan: Plan, delay_ms: float, workdir: Path) -> dict[str, 
         port = free_port()
         yard_args = ["loadtests.yardstick", "--port", str(port), "--upstream", stub.url]
         starts["yardstick"] = start("yardstick", yard_args, port, "/health")
+        if plan.router:
+            port = free_port()
+            args = router_args(port, stub.url)
+            starts["rust-router"] = start("rust-router", args, port, "/health", [plan.router])
         policy = write_policy(workdir, stub.url)
         for upstream in plan.upstreams:
             port = free_port()
             args = ["proxy.cli", "serve", "--config", str(policy), "--port", str(port)]
             args += ["--upstream", upstream, "--log-level", "warning"]
             starts[gateway_target(upstream)] = start(gateway_target(upstream), args, port, "/ready")
+        if plan.before:
+            port = free_port()
+            args = ["proxy.cli", "serve", "--config", str(policy), "--port", str(port)]
+            args += ["--log-level", "warning"]
+            starts["gateway-before"] = start(
+                "gateway-before", args, port, "/ready", root=Path(plan.before)
+            )
         return {"direct": stub, **await start_all(starts)}
     except BaseException:
         stub.stop()
@@ -131,9 +191,9 @@ async def _measure(
         raise RuntimeError(f"{target} died:\n{service.log_tail()}")
     row = {"delay_ms": delay_ms, "target": target, **dataclasses.asdict(point)}
     cpu = point.cpu_s.get("proxy")
-    row["proxy_cpu_us_per_chunk"] = (
-        None if cpu is None or not point.events else cpu / point.events * 1e6
-    )
+    per_chunk = None if cpu is None or not point.events else cpu / point.events * 1e6
+    row["proxy_cpu_us_per_chunk"] = per_chunk
+    row["chunks_per_proxy_core_s"] = 1e6 / per_chunk if per_chunk else None
     return row
 
 
@@ -162,7 +222,7 @@ async def run_scenario(plan: Plan, delay_ms: float, workdir: Path) -> list[dict[
                     if target not in kept or _disturbance(row) < _disturbance(kept[target]):
                         kept[target] = row
                     print(
-                        f"  delay {delay_ms:g} ms  c={concurrency:<4} {target:<14}"
+                        f"  delay {delay_ms:g} ms  c={concurrency:<4} {target:<15}"
                         f" {row['chunks_per_s']:9.0f} chunks/s"
                         f"  (others {_disturbance(row) * 100:.0f}% cpu)",
                         file=sys.stderr,
@@ -183,6 +243,7 @@ async def run(plan: Plan) -> dict[str, Any]:
             points += await run_scenario(plan, delay, Path(workdir))
     comparisons = compare(points)
     return {
+        "router": plan.router,
         "plan": dataclasses.asdict(plan),
         "machine": {
             "cpus": os.cpu_count(),
@@ -193,6 +254,7 @@ async def run(plan: Plan) -> dict[str, Any]:
         "points": points,
         "comparisons": comparisons,
         "targets": check_targets(comparisons),
+        "targets_23": check_targets_23(points, comparisons),
     }
 
 
@@ -205,9 +267,22 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
     )
     parser.add_argument(
         "--upstream",
-        choices=["aiohttp", "httpx"],
+        choices=["h1", "aiohttp", "httpx"],
         action="append",
-        help="gateway upstream client(s) to measure (default: aiohttp)",
+        help="gateway upstream client(s) to measure (default: h1, the gateway's own)",
+    )
+    parser.add_argument(
+        "--no-router", action="store_true", help="leave the Rust router (vllm-router) out"
+    )
+    parser.add_argument(
+        "--install-router",
+        action="store_true",
+        help=f"install vllm-router {ROUTER_VERSION} into {ROUTER_VENV.name}/ first",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout (e.g. a worktree of main) whose gateway runs as gateway-before",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", help="override the levels")
     parser.add_argument("--delays-ms", type=float, nargs="+", help="override the delays")
@@ -220,7 +295,7 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else Plan()
-    upstreams = list(dict.fromkeys(args.upstream or ["aiohttp"]))
+    upstreams = list(dict.fromkeys(args.upstream or [DEFAULT_UPSTREAM]))
     if args.with_httpx and "httpx" not in upstreams:
         upstreams.append("httpx")
     changes: dict[str, Any] = {"upstreams": tuple(upstreams)}
@@ -234,6 +309,12 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
         changes["chunks"] = args.chunks
     if args.repeat:
         changes["repeat"] = max(1, args.repeat)
+    if args.before:
+        changes["before"] = str(args.before.resolve())
+    if not args.no_router:
+        changes["router"] = install_router() if args.install_router else find_router()
+        if changes["router"] is None:
+            print(f"note: {ROUTER_HOWTO}", file=sys.stderr)
     return dataclasses.replace(plan, **changes), args
 
 

@@ -2,6 +2,13 @@
 
 Targets (issue 2): at c=64 and c=256 a gateway relays at least 0.8x the yardstick's chunks/s;
 at c=1 and c=32 its added TTFT p50 (over direct) is within 0.5 ms of the yardstick's.
+
+Targets (issue 23): chunks per relay core-second at least the Rust router's in the same run
+(at c=64 with no delay between chunks, as the issue's table); added TTFT p50 at most 0.5 ms at
+c=1 and c=32, read from the 10 ms inter-chunk delay runs (with no delay the stub's bursts
+queue in every relay and TTFT measures that queueing); no loss of chunks/s at c=256 against
+``gateway-before`` (another checkout in the same run; 5% allowed for noise), or, without it,
+against the Rust router at the ratio recorded in the issue (51.9k / 52.6k).
 """
 
 from __future__ import annotations
@@ -12,6 +19,15 @@ THROUGHPUT_LEVELS = (64, 256)
 MIN_YARDSTICK_RATIO = 0.8
 LATENCY_LEVELS = (1, 32)
 MAX_EXTRA_TTFT_MS = 0.5
+
+ROUTER = "rust-router"
+BEFORE = "gateway-before"
+CORE_LEVEL = 64
+TTFT_DELAY_MS = 10.0
+MAX_ADDED_TTFT_MS = 0.5
+SATURATED_LEVEL = 256
+MIN_VS_BEFORE = 0.95
+ISSUE_23_VS_ROUTER = 51.9 / 52.6
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -80,13 +96,82 @@ def check_targets(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return checks
 
 
+def _check(
+    point: dict[str, Any], check: str, value: float | None, limit: float, at_least: bool
+) -> dict[str, Any]:
+    return {
+        "delay_ms": point["delay_ms"],
+        "concurrency": point["concurrency"],
+        "target": point["target"],
+        "check": check,
+        "value": value,
+        "limit": limit,
+        "met": value is not None and (value >= limit if at_least else value <= limit),
+    }
+
+
+Points = dict[tuple[float, int, str], dict[str, Any]]
+
+
+def _core_checks(by_key: Points, gateways: list[str]) -> list[dict[str, Any]]:
+    levels = sorted({c for d, c, _ in by_key if d == 0.0})
+    if not levels:
+        return []
+    level = CORE_LEVEL if CORE_LEVEL in levels else levels[-1]
+    router = by_key.get((0.0, level, ROUTER))
+    checks = []
+    for name in gateways:
+        point = by_key.get((0.0, level, name))
+        if point is None:
+            continue
+        limit = None if router is None else router["chunks_per_proxy_core_s"]
+        checks.append(
+            _check(
+                point,
+                "chunks per proxy core-second vs Rust router",
+                point["chunks_per_proxy_core_s"],
+                limit if limit is not None else float("nan"),
+                at_least=True,
+            )
+        )
+    return checks
+
+
+def check_targets_23(
+    points: list[dict[str, Any]], comparisons: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Issue 23's targets for every gateway of this checkout (not ``gateway-before``)."""
+    by_key = {(p["delay_ms"], p["concurrency"], p["target"]): p for p in points}
+    gateways = sorted({p["target"] for p in points if p["target"].startswith("gateway")} - {BEFORE})
+    checks = _core_checks(by_key, gateways)
+    delays = sorted({p["delay_ms"] for p in points})
+    ttft_delay = TTFT_DELAY_MS if TTFT_DELAY_MS in delays else delays[-1]
+    for c in comparisons:
+        at = c["delay_ms"] == ttft_delay and c["concurrency"] in LATENCY_LEVELS
+        if at and c["target"] in gateways:
+            value = c["added_ttft_p50_ms"]
+            checks.append(_check(c, "added TTFT p50 (ms)", value, MAX_ADDED_TTFT_MS, False))
+    for (delay, level, name), point in by_key.items():
+        if name not in gateways or level != SATURATED_LEVEL:
+            continue
+        before = by_key.get((delay, level, BEFORE))
+        router = by_key.get((delay, level, ROUTER))
+        if before is not None:
+            value = _ratio(point["chunks_per_s"], before["chunks_per_s"])
+            checks.append(_check(point, "chunks/s vs gateway-before", value, MIN_VS_BEFORE, True))
+        elif router is not None and delay == 0.0:
+            value = _ratio(point["chunks_per_s"], router["chunks_per_s"])
+            checks.append(_check(point, "chunks/s vs Rust router", value, ISSUE_23_VS_ROUTER, True))
+    return checks
+
+
 def _f(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 COLUMNS = (
     ("c", 5),
-    ("target", 14),
+    ("target", 15),
     ("chunks/s", 9),
     ("x direct", 9),
     ("x yard", 7),
@@ -94,6 +179,7 @@ COLUMNS = (
     ("p99 ms", 8),
     ("+p50 ms", 8),
     ("proxy us/chunk", 15),
+    ("chunks/core-s", 14),
     ("cpu% proxy", 11),
     ("stub", 5),
     ("client", 7),
@@ -134,6 +220,7 @@ def format_scenario(
                     _f(p["ttft_p99_ms"], ".2f"),
                     _f(r.get("added_ttft_p50_ms"), "+.2f"),
                     _f(p["proxy_cpu_us_per_chunk"], ".1f"),
+                    _f(p.get("chunks_per_proxy_core_s"), ".0f"),
                     _f(cpu["proxy"] / window * 100 if "proxy" in cpu else None, ".0f"),
                     f"{cpu['stub'] / window * 100:.0f}",
                     f"{cpu['client'] / window * 100:.0f}",
@@ -168,6 +255,66 @@ def format_targets(checks: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _describe_23(t: dict[str, Any]) -> str:
+    value, limit = t["value"], t["limit"]
+    if t["check"].startswith("chunks per proxy"):
+        if limit != limit:  # NaN: no router in the run
+            return f"{_f(value, '.0f')} chunks per core-second; Rust router not in this run"
+        return f"{_f(value, '.0f')} chunks per core-second (Rust router {limit:.0f})"
+    if t["check"].startswith("added TTFT"):
+        return f"added TTFT p50 {_f(value, '+.2f')} ms (needs <= {limit:.2f})"
+    return f"{t['check']} {_f(value, '.2f')}x (needs >= {limit:.2f})"
+
+
+def format_targets_23(checks: list[dict[str, Any]]) -> str:
+    if not checks:
+        return "targets of issue 23: none of the checked points were run"
+    out = [
+        "targets of issue 23 (core-seconds at c=64 / 0 ms; TTFT from the 10 ms delay runs;"
+        " c=256 throughput):"
+    ]
+    for t in checks:
+        verdict = "met" if t["met"] else "NOT MET"
+        out.append(
+            f"  {t['target']:<14} delay {t['delay_ms']:>4g} ms  c={t['concurrency']:<4}"
+            f" {_describe_23(t):<55} {verdict}"
+        )
+    return "\n".join(out)
+
+
+def format_summary(points: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+    """Issue 23's table: one line per relay, Markdown, from whichever points were run."""
+    by = {(p["delay_ms"], p["concurrency"], p["target"]): p for p in points}
+    added = {(c["delay_ms"], c["concurrency"], c["target"]): c for c in comparisons}
+    delays = sorted({p["delay_ms"] for p in points})
+    ttft_delay = TTFT_DELAY_MS if TTFT_DELAY_MS in delays else delays[-1]
+    out = [
+        f"| target | added TTFT p50, c=1 ({ttft_delay:g} ms) | c=32 ({ttft_delay:g} ms)"
+        " | chunks/s c=64 | chunks/s c=256 | proxy CPU µs per chunk (c=64)"
+        " | chunks per proxy core-second | µs per chunk c=256, 10 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for target in dict.fromkeys(p["target"] for p in points):
+        if target == "direct":
+            continue
+
+        def ttft(c: int, target: str = target) -> str:
+            value = added.get((ttft_delay, c, target), {}).get("added_ttft_p50_ms")
+            return "-" if value is None else f"{value:+.2f} ms"
+
+        def at(delay: float, c: int, key: str, spec: str, target: str = target) -> str:
+            return _f(by.get((delay, c, target), {}).get(key), spec)
+
+        out.append(
+            f"| {target} | {ttft(1)} | {ttft(32)}"
+            f" | {at(0.0, 64, 'chunks_per_s', ',.0f')} | {at(0.0, 256, 'chunks_per_s', ',.0f')}"
+            f" | {at(0.0, 64, 'proxy_cpu_us_per_chunk', '.1f')}"
+            f" | {at(0.0, 64, 'chunks_per_proxy_core_s', ',.0f')}"
+            f" | {at(10.0, 256, 'proxy_cpu_us_per_chunk', '.1f')} |"
+        )
+    return "\n".join(out)
+
+
 def format_report(results: dict[str, Any]) -> str:
     plan = results["plan"]
     machine = results["machine"]
@@ -185,4 +332,6 @@ def format_report(results: dict[str, Any]) -> str:
         comps = [c for c in results["comparisons"] if c["delay_ms"] == delay]
         sections.append(format_scenario(delay, plan["chunks"], points, comps))
     sections.append(format_targets(results["targets"]))
+    sections.append(format_targets_23(results.get("targets_23", [])))
+    sections.append(format_summary(results["points"], results["comparisons"]))
     return "\n\n".join(sections)

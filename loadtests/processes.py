@@ -69,15 +69,27 @@ class Service:
             self.log_path.unlink()
 
 
-def spawn(name: str, module_args: list[str], port: int) -> Service:
-    """``python -m <module_args>`` with the repository importable, logging to a temp file."""
+def spawn(
+    name: str,
+    module_args: list[str],
+    port: int,
+    program: list[str] | None = None,
+    root: Path = ROOT,
+) -> Service:
+    """``python -m <module_args>`` with the repository importable, logging to a temp file.
+
+    ``program`` replaces ``python -m`` for a server that is not a module of this repository
+    (the Rust router's launcher, say); ``root`` runs the modules of another checkout.
+    """
     fd, log_name = tempfile.mkstemp(prefix=f"overhead-{name}-", suffix=".log")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    # The checkout goes first and replaces this one, so ``root`` really picks the code.
+    others = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *others])
     with os.fdopen(fd, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", *module_args],
-            cwd=ROOT,
+            [*(program if program is not None else [sys.executable, "-m"]), *module_args],
+            cwd=root,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -110,8 +122,15 @@ async def wait_ready(service: Service, path: str, timeout_s: float = 60.0) -> No
             await asyncio.sleep(0.1)
 
 
-async def start(name: str, module_args: list[str], port: int, ready_path: str) -> Service:
-    service = spawn(name, module_args, port)
+async def start(
+    name: str,
+    module_args: list[str],
+    port: int,
+    ready_path: str,
+    program: list[str] | None = None,
+    root: Path = ROOT,
+) -> Service:
+    service = spawn(name, module_args, port, program, root)
     try:
         await wait_ready(service, ready_path)
     except BaseException:

@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=None)
     serve.add_argument("--redis-url", default=None)
     serve.add_argument("--admin-token", default=None)
-    serve.add_argument("--upstream", choices=["aiohttp", "httpx"], default=None)
+    serve.add_argument("--upstream", choices=["h1", "aiohttp", "httpx"], default=None)
     serve.add_argument("--log-level", default=None)
     serve.add_argument(
         "--log-format", choices=["text", "json"], default=None, help="json: one object per line"

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Counter as _Counter
+from prometheus_client import Histogram as _Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -59,6 +61,70 @@ TPOT_BUCKETS = (
     0.5,
     1,
 )
+M = TypeVar("M")
+
+
+class _BoundChildren(Generic[M]):
+    """``labels(...)`` answered from a dict once a child exists.
+
+    prometheus_client's ``labels`` validates and stringifies the values and takes the
+    metric's lock on every call (several microseconds each; a few calls per relayed
+    request). A label tuple seen once maps to the same child until it is removed.
+    """
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[Any, ...], M] = {}
+
+    def get(self, values: tuple[Any, ...], make: Callable[..., M]) -> M:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = make(*values)
+        return child
+
+    def forget(self) -> None:
+        self._children.clear()
+
+
+class Counter(_Counter):
+    """A Prometheus counter whose children are looked up once (:class:`_BoundChildren`)."""
+
+    def labels(self, *values: Any, **named: Any) -> Counter:
+        if named:
+            return super().labels(*values, **named)
+        bound: _BoundChildren[Counter] | None = self.__dict__.get("_bound")
+        if bound is None:
+            bound = self.__dict__["_bound"] = _BoundChildren()
+        return bound.get(values, super().labels)
+
+    def remove(self, *values: Any) -> None:
+        self.__dict__.pop("_bound", None)
+        super().remove(*values)
+
+    def clear(self) -> None:
+        self.__dict__.pop("_bound", None)
+        super().clear()
+
+
+class Histogram(_Histogram):
+    """A Prometheus histogram whose children are looked up once (:class:`_BoundChildren`)."""
+
+    def labels(self, *values: Any, **named: Any) -> Histogram:
+        if named:
+            return super().labels(*values, **named)
+        bound: _BoundChildren[Histogram] | None = self.__dict__.get("_bound")
+        if bound is None:
+            bound = self.__dict__["_bound"] = _BoundChildren()
+        return bound.get(values, super().labels)
+
+    def remove(self, *values: Any) -> None:
+        self.__dict__.pop("_bound", None)
+        super().remove(*values)
+
+    def clear(self) -> None:
+        self.__dict__.pop("_bound", None)
+        super().clear()
+
+
 # Severity of a shadow divergence: the reference's logprob gap between its token and the
 # primary's (nats; near ties sit below the policy's epsilon, 0.1 by default) ...
 GAP_BUCKETS = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)

@@ -43,7 +43,7 @@ class Settings(BaseModel):
     redis_url: str | None = None
     workers: int = Field(default=1, ge=1)
 
-    upstream_client: Literal["aiohttp", "httpx"] = "aiohttp"
+    upstream_client: Literal["h1", "aiohttp", "httpx"] = "h1"
     connect_timeout_s: float = Field(default=3.0, gt=0)
     first_byte_timeout_s: float = Field(default=60.0, gt=0)
     idle_timeout_s: float = Field(default=30.0, gt=0)

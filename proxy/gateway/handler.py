@@ -102,6 +102,8 @@ class _Attempt:
     caller: _Caller = _Caller()
     upstream: UpstreamResponse | None = None
     route: Route | None = None
+    # The response's headers that do not depend on the backend's answer (``_prepare``).
+    head: list[tuple[bytes, bytes]] | None = None
     # Resumable streams: the events forwarded so far (shared by a stream's continuations)
     # and the failure the relay left to resumption.
     keep: list[bytes] | None = None
@@ -483,6 +485,9 @@ class Gateway:
         body = with_usage(parsed) if attempt.strip_usage else parsed.raw
         headers = self._upstream_headers(attempt)
         timeout = self.settings.first_byte_timeout_s
+        # Runs once the request is on its way: the route's explanation and the response
+        # headers are built while the backend works on the prompt, not after its first byte.
+        asyncio.get_running_loop().call_soon(self._prepare, attempt)
         try:
             async with asyncio.timeout(timeout):
                 url = backend.spec.url + parsed.kind.path
@@ -595,20 +600,30 @@ class Gateway:
         reason = self.scheduler.reason(attempt.decision)
         return Route(attempt.decision.request, backend.name, backend.spec.pool, reason)
 
-    def _response_headers(self, attempt: _Attempt, content_type: str) -> list[tuple[bytes, bytes]]:
-        route = attempt.route = self._route(attempt)
-        label = route.request.label
-        self.metrics.decisions.labels(route.pool, route.reason.kind, label).inc()
+    def _prepare(self, attempt: _Attempt) -> None:
+        """The route and the fixed part of the response headers (once per attempt)."""
+        if attempt.head is not None:
+            return
+        route = attempt.route = attempt.route or self._route(attempt)
         headers = [
-            (b"content-type", (content_type or "application/json").encode("latin-1")),
             (b"cache-control", b"no-cache"),
             (b"x-request-id", attempt.rid),
-            (b"x-specroute-class", label.encode("latin-1")),
+            (b"x-specroute-class", route.request.label.encode("latin-1")),
         ]
         if self.settings.route_headers:
             text = f"pool={route.pool}; backend={route.backend}; reason={route.reason.text}"
             headers.append((b"x-specroute-backend", route.backend.encode("latin-1")))
             headers.append((b"x-specroute-route", text.encode("ascii", "replace")))
+        attempt.head = headers
+
+    def _response_headers(self, attempt: _Attempt, content_type: str) -> list[tuple[bytes, bytes]]:
+        self._prepare(attempt)  # already done unless the first byte beat the loop's next turn
+        route, head = attempt.route, attempt.head
+        assert route is not None
+        assert head is not None
+        self.metrics.decisions.labels(route.pool, route.reason.kind, route.request.label).inc()
+        ctype = (content_type or "application/json").encode("latin-1")
+        headers = [(b"content-type", ctype), *head]
         quota = attempt.caller.quota
         upstream = attempt.upstream
         if upstream is not None and upstream.passed:

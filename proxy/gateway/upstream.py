@@ -1,12 +1,14 @@
-"""The upstream hop: one small interface, an aiohttp and an httpx implementation.
+"""The upstream hop: one small interface; an h1 (``upstream_h1``), an aiohttp and an httpx
+implementation.
 
-aiohttp is the default because it serves the streaming hop with less CPU per chunk: its
-``StreamReader.readany`` hands over whatever the socket produced with no per-chunk
-generator layers, where httpx goes through httpcore's stream adapters.
-``python -m loadtests.overhead --with-httpx`` measures both side by side; the figures that
-decided are in loadtests/README.md (at c=64 with no inter-chunk delay: 16.8 vs 183.8 CPU
-microseconds per chunk, 53.6k vs 5.4k chunks/s). httpx stays for the control plane (scrape, health,
-shadow replays) and as the alternative hop.
+``h1``, the default, is a lean HTTP/1.1 client over httptools written for this hop alone:
+under the relay benchmark aiohttp's client took over a third of the gateway's CPU
+(``loadtests/profiles/``), and the h1 client cut the gateway's CPU per chunk by about a
+quarter (loadtests/README.md, "Gateway overhead"). aiohttp stays as the alternative (and
+the measured reference: its ``StreamReader.readany`` hands over whatever the socket produced
+with no per-chunk generator layers, where httpx goes through httpcore's stream adapters, at
+c=64: 16.8 vs 183.8 CPU microseconds per chunk). httpx stays for the control plane (scrape,
+health, shadow replays) and as another hop.
 """
 
 from __future__ import annotations
@@ -196,4 +198,8 @@ class HttpxUpstream:
 def make_upstream(settings: Settings) -> UpstreamClient:
     if settings.upstream_client == "httpx":
         return HttpxUpstream(settings)
+    if settings.upstream_client == "h1":
+        from proxy.gateway.upstream_h1 import H1Upstream  # it imports this module's seam
+
+        return H1Upstream(settings)
     return AiohttpUpstream(settings)

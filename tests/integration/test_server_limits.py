@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 from collections.abc import Iterator
@@ -72,3 +73,24 @@ def test_a_200_kb_header_is_refused_with_431(gw: Any) -> None:
     assert resp.status_code == 431
     ok = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=10)
     assert ok.status_code == 200
+
+
+def test_a_kept_alive_connection_is_timed_again_for_its_next_header(gw: Any) -> None:
+    port = int(gw.url.rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5.0)
+    try:
+        for pause in (0.0, 1.5):
+            # Idle between requests is the keep-alive timeout's business, not the header's.
+            time.sleep(pause)
+            conn.request("GET", "/health")
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200
+        sock = conn.sock
+        assert sock is not None  # still the same kept-alive connection
+        started = time.monotonic()
+        sock.sendall(HALF_HEADER)
+        assert closed_by_peer(sock)
+        assert 0.9 <= time.monotonic() - started < 4.0
+    finally:
+        conn.close()
