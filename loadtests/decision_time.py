@@ -191,6 +191,8 @@ class _Run:
         self.accepted = [rng.uniform(0, 3) for _ in range(requests)]
         self.states = list(self.scheduler.fleet.backends.values())
         self.running: deque[tuple[BackendState, int, str, int]] = deque()
+        # Per decision, the backends it re-scored from kept results (the cached one only).
+        self.rescored: list[int] = []
         self.timings: dict[str, list[int]] = {
             "classify": [],
             "decision": [],
@@ -221,6 +223,7 @@ class _Run:
                 self._sync(i // SYNC_EVERY)
             raw = raws[i % len(raws)]
             body = orjson.loads(raw)
+            before = scheduler.rescored
             t0 = wall()
             label = classifier.classify(body).label
             t1, c1 = wall(), cpu()
@@ -240,6 +243,8 @@ class _Run:
             decide_cpu.append(c2 - c1)
             explain.append(t3 - t2)
             explain_cpu.append(c3 - c2)
+            if before is not None:
+                self.rescored.append((scheduler.rescored or 0) - before)
             if decision.chosen is not None:
                 self._dispatch(decision.chosen.backend, len(raw) // 4, label, i)
 
@@ -279,7 +284,24 @@ class _Run:
         ]
         out: dict[str, Any] = {f"{name}_us": _row(values) for name, values in timings.items()}
         out["total_us"] = _row(total)
+        if self.rescored:
+            out["rescored"] = _work(self.rescored, timings["decision_cpu"])
         return out
+
+
+def _work(rescored: list[int], cpu: list[int]) -> dict[str, float]:
+    """How many backends a decision re-scored: its percentiles, and the mean over all
+    decisions against the mean over the slowest 1% (by CPU time): equal means say the
+    tail is the host, not more work."""
+    ordered = sorted(rescored)
+    slowest = sorted(range(len(cpu)), key=cpu.__getitem__)[-max(len(cpu) // 100, 1) :]
+    return {
+        "p50": ordered[len(ordered) // 2],
+        "p99": ordered[min(int(0.99 * len(ordered)), len(ordered) - 1)],
+        "max": ordered[-1],
+        "mean": statistics.fmean(rescored),
+        "mean_slowest_1pct": statistics.fmean(rescored[i] for i in slowest),
+    }
 
 
 def measure(
@@ -340,6 +362,13 @@ def report(result: dict[str, Any]) -> list[str]:
             lines.append(
                 f"    {name:<10} p50 {row['p50']:7.1f} us   p90 {row['p90']:7.1f} us"
                 f"   p99 {row['p99']:7.1f} us"
+            )
+        work = result[contender].get("rescored")
+        if work is not None and work["max"]:  # none: below SMALLEST_FLEET, recomputed
+            lines.append(
+                f"    re-scored backends per decision: p50 {work['p50']}, p99 {work['p99']},"
+                f" max {work['max']}; mean {work['mean']:.1f}, over the slowest 1%"
+                f" {work['mean_slowest_1pct']:.1f}"
             )
     if "cached" in result and "recomputed" in result:
         new, old = result["cached"]["decision_us"], result["recomputed"]["decision_us"]

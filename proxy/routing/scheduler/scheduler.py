@@ -248,6 +248,12 @@ class Scheduler:
         for model, label in cache.kept():
             cache.refresh(self._context(RequestInfo(model, label)))
 
+    @property
+    def rescored(self) -> int | None:
+        """Backends re-scored from the kept results so far, requests and refreshes alike
+        (None: nothing is kept): a benchmark's measure of the work behind a decision."""
+        return self._cache.rescored if self._cache is not None else None
+
     def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
         return SchedulingContext(
             request,
