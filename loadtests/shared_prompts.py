@@ -11,11 +11,12 @@ only for what follows the part its engine already holds.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Mapping
 
 from loadtests.production_prompts import _grow
-from loadtests.prompts import _TOPICS, _WORDS, _length, _paragraph
+from loadtests.prompts import _TOPICS, _WORDS, Maker, _length, _paragraph
 
 SHARED_MIX: Mapping[str, float] = {"chat": 0.5, "rag": 0.5}
 SESSIONS = 24
@@ -23,8 +24,8 @@ MAX_TURNS = 6
 DOCUMENTS = 12
 
 
-def session_turn(rng: random.Random) -> tuple[list[dict[str, str]], int]:
-    session = rng.randrange(SESSIONS)
+def session_turn(rng: random.Random, sessions: int = SESSIONS) -> tuple[list[dict[str, str]], int]:
+    session = rng.randrange(sessions)
     turns = rng.randint(1, MAX_TURNS)
     own = random.Random(f"session:{session}")
     messages = [{"role": "system", "content": _paragraph(own, 12)}]  # a long system prompt
@@ -35,8 +36,10 @@ def session_turn(rng: random.Random) -> tuple[list[dict[str, str]], int]:
     return messages, _length(rng, 120, 8, 400)
 
 
-def shared_document(rng: random.Random) -> tuple[list[dict[str, str]], int]:
-    document = rng.randrange(DOCUMENTS)
+def shared_document(
+    rng: random.Random, documents: int = DOCUMENTS
+) -> tuple[list[dict[str, str]], int]:
+    document = rng.randrange(documents)
     own = random.Random(f"document:{document}")
     context = _grow(1500, lambda: _paragraph(own, own.randint(4, 10)), "\n\n")
     question = f"What does the document say about {rng.choice(_TOPICS)} and {rng.choice(_WORDS)}?"
@@ -47,4 +50,13 @@ def shared_document(rng: random.Random) -> tuple[list[dict[str, str]], int]:
     return messages, _length(rng, 90, 8, 400)
 
 
-SHARED_MAKERS = {"chat": session_turn, "rag": shared_document}
+def shared_makers(sessions: int = SESSIONS, documents: int = DOCUMENTS) -> dict[str, Maker]:
+    """The makers over pools of this many sessions and documents (more: each comes back
+    less often, so a first visit, which no cache serves, is a larger share)."""
+    return {
+        "chat": functools.partial(session_turn, sessions=sessions),
+        "rag": functools.partial(shared_document, documents=documents),
+    }
+
+
+SHARED_MAKERS = shared_makers()

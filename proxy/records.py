@@ -155,6 +155,9 @@ class Outcome:
     events: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # Prompt tokens the engine found in its prefix cache (usage.prompt_tokens_details;
+    # None when the backend does not report them).
+    cached_tokens: int | None = None
     spec: dict[str, Any] | None = None
     text: list[str] | None = None
     error: str | None = None

@@ -76,6 +76,12 @@ class Settings(BaseModel):
     overload_backoff_s: float = Field(default=5.0, ge=0)
     overload_max_backoff_s: float = Field(default=60.0, ge=0)
     store_sync_interval_s: float = Field(default=0.1, gt=0)
+    # The prefix index (proxy/routing/prefix_share.py): records shared through the store
+    # every prefix_sync_interval_s (False: each replica keeps its own), older than
+    # prefix_share_max_age_s ignored.
+    prefix_share: bool = True
+    prefix_sync_interval_s: float = Field(default=0.25, gt=0)
+    prefix_share_max_age_s: float = Field(default=300.0, gt=0)
     log_level: str = "info"
     log_format: Literal["text", "json"] = Field(
         default="text", description="json: one JSON object per line, for log pipelines"

@@ -22,6 +22,7 @@ from proxy.gateway.runtime import Runtime
 from proxy.policy import PolicyError
 from proxy.policy.manager import PolicyManager
 from proxy.records import Endpoint, RequestInfo
+from proxy.routing.cached_share import CachedShareAcceptance
 from proxy.routing.prefix import prompt_chunks
 from proxy.verify.canary import AUDIT_LOG, CanaryController
 from proxy.verify.shadow import SHADOW_LOG, ShadowVerifier
@@ -99,6 +100,7 @@ def _with_lines(runtime: Runtime, row: dict[str, object]) -> dict[str, object]:
 def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
     """The fleet as the admin API shows it."""
     at = time.monotonic()
+    prefix = runtime.scheduler.prefix
     return {
         "backends": [
             {
@@ -117,6 +119,7 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
                 "waiting": b.waiting,
                 "kv_usage": b.kv_usage,
                 "window_acceptance": b.window_acceptance,
+                "prefix_cache": {"hits": b.prefix_cache_hits, "queries": b.prefix_cache_queries},
                 "quarantined": b.quarantined,
                 "outlier": {
                     "consecutive_failures": b.passive_failures,
@@ -131,6 +134,7 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
         ],
         "break_even": runtime.break_even.snapshot(),
         "acceptance": runtime.acceptance.snapshot(),
+        "prefix_index": None if prefix is None else prefix.snapshot(),
     }
 
 
@@ -155,6 +159,18 @@ def admin_router() -> APIRouter:
     @router.get("/fleet")
     async def fleet(request: Request) -> OrjsonResponse:
         return OrjsonResponse(fleet_snapshot(runtime_of(request)))
+
+    @router.get("/acceptance")
+    async def acceptance(request: Request) -> OrjsonResponse:
+        # Per backend and prompt class (the routing's windows), and per pool by the share
+        # of the prompt the engine had cached (a silent prefix-cache interaction shows here).
+        by_share: CachedShareAcceptance = request.app.state.cached_share
+        return OrjsonResponse(
+            {
+                "by_class": runtime_of(request).acceptance.snapshot(),
+                "by_cached_share": by_share.snapshot(),
+            }
+        )
 
     @router.get("/break-even")
     async def break_even(request: Request) -> OrjsonResponse:

@@ -108,6 +108,7 @@ def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
     )
     metrics.add_collector(CanaryCollector(parts.canary))
     metrics.add_collector(LatencyCollector(runtime.latency))
+    metrics.add_collector(parts.cached_share)
 
 
 @contextlib.asynccontextmanager
@@ -140,6 +141,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.canary = canary
     app.state.shadow = shadow
     app.state.review = parts.review
+    app.state.prefix = parts.prefix
+    app.state.cached_share = parts.cached_share
     app.state.runtime = runtime
     app.state.gateway = parts.gateway
     app.state.recent_requests = parts.recent
@@ -159,6 +162,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await scraper.check_all()
         _spawn(tasks, scraper.run(), "scrape")
         _spawn(tasks, parts.observer.run(), "observe")
+        _spawn(tasks, parts.prefix.run(), "prefix-sync")
         _spawn(tasks, _sync_inflight(runtime, settings.store_sync_interval_s), "inflight-sync")
         _spawn(tasks, manager.follow_store(), "policy-follow")
         _spawn(tasks, shadow.run(), "shadow")

@@ -24,10 +24,12 @@ from proxy.policy import Policy
 from proxy.policy.credentials import BackendCredentials
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.cached_share import CachedShareAcceptance
 from proxy.routing.fleet import Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
-from proxy.routing.prefix import PrefixIndex
+from proxy.routing.prefix import CacheReports, PrefixIndex
+from proxy.routing.prefix_share import PrefixSync
 from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -45,6 +47,8 @@ class Components:
     canary: CanaryController
     recent: RecentRequests
     review: ReviewBook  # shadow mismatches read and labelled by people
+    prefix: PrefixSync  # the prefix index shared through the store and corrected
+    cached_share: CachedShareAcceptance  # acceptance by cached-prompt share
     # The traffic log when the settings ask for one (none by default).
     traffic: tuple[TrafficLog, ...]
 
@@ -76,7 +80,9 @@ def compose(
     )
     shadow.on_policy(policy)
     latency = LatencyModel(policy, acceptance)
-    prefix = PrefixIndex()
+    # Which backends report cached tokens: read by the index and the acceptance split.
+    reports = CacheReports()
+    prefix = PrefixIndex(reports=reports)
     scheduler = Scheduler(policy, fleet, acceptance, break_even, canary, latency, prefix)
     runtime = Runtime(
         policy,
@@ -90,6 +96,7 @@ def compose(
     )
     observer = Observer(store, fleet, acceptance, break_even, metrics, latency)
     recent = RecentRequests()  # the console's rows
+    cached_share = CachedShareAcceptance(fleet, reports)
     traffic = tuple(traffic_log(settings, store, metrics.registry))
     access = (AccessLog(),) if settings.access_log else ()
     listeners: tuple[OutcomeListener, ...] = (
@@ -98,6 +105,7 @@ def compose(
         canary,
         recent,
         prefix,
+        cached_share,
         *traffic,
         *access,
     )
@@ -105,4 +113,14 @@ def compose(
         settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
     )
     review = ReviewBook(store)
-    return Components(runtime, gateway, observer, shadow, canary, recent, review, traffic)
+    sync = PrefixSync(
+        prefix,
+        store,
+        lambda: runtime.fleet,
+        interval_s=settings.prefix_sync_interval_s,
+        max_age_s=settings.prefix_share_max_age_s,
+        share=settings.prefix_share,
+    )
+    return Components(
+        runtime, gateway, observer, shadow, canary, recent, review, sync, cached_share, traffic
+    )

@@ -61,6 +61,10 @@ def absorb_usage(outcome: Outcome, obj: dict[str, Any]) -> None:
         outcome.prompt_tokens = prompt if prompt is not None else outcome.prompt_tokens
         if completion is not None:
             outcome.completion_tokens = completion
+        details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int):
+            outcome.cached_tokens = cached
     found = spec_metrics(holder)
     if found is not None:
         outcome.spec = found

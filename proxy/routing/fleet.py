@@ -64,6 +64,9 @@ class BackendState:
     scraped_at: float = 0.0
     # Acceptance over the last scrape interval(s) from the counters (None: no drafts yet).
     window_acceptance: float | None = None
+    # Cumulative vllm:prefix_cache_{hits,queries} (prompt tokens; None: not exported).
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
     quarantined: str | None = None
     # Passive outlier detection (proxy/routing/outlier.py), apart from the active health
     # checks above: consecutive failed requests (connect errors, timeouts, 5xx other than

@@ -2,35 +2,52 @@
 
 The engines cache KV blocks by prefix (vLLM's automatic prefix caching), so a request
 whose prompt starts like one a backend served recently skips that part of its prefill
-there. The gateway cannot see token blocks; it hashes fixed-size chunks of the prompt as
-the client sent it (the ``messages``/``prompt``/``input`` value, serialised once), each
-hash chained to the one before, so a chunk matches only after the same leading bytes, as
-vLLM's block hashes do for tokens. Chunks of 256 bytes are ~64 tokens.
+there. The gateway cannot see token blocks; it hashes chunks of the prompt as the client
+sent it (the ``messages``/``prompt``/``input`` value, serialised once), each hash chained
+to the one before, so a chunk matches only after the same leading bytes, as vLLM's block
+hashes do for tokens. Chunks are 512 bytes (~128 tokens) up to 8 KiB, where system
+prompts and conversation turns differ, then 2 KiB up to 64 KiB (long documents and
+histories); a prompt is told apart by its first 64 KiB. That bounds the work on the
+request path at 44 hashes and index lookups (~1 us each on this project's 2-core host):
+with 256-byte chunks throughout, a 32 KB prompt cost ~175-300 us of hashing and walking.
 
-The index maps a chunk hash to the backends that served it, least recently served
-chunks dropped first past ``capacity`` entries. It is approximate on purpose: an engine
-evicts on its own schedule and the index does not know when, so it forgets by age only.
-It is per replica (hashes of ``bytes`` are salted per process, so they are not shared
-through the store).
+The hashes are stable across processes (replicas share them through the store,
+proxy/routing/prefix_share.py): CRC-32 and Adler-32 of the whole prefix up to each chunk
+end (both continue from the previous chunk's value, so the chaining is the checksums' own),
+side by side in 64 bits. Python's ``hash`` of bytes is salted per process; blake2b cost
+~1 us per chunk against ~0.4 us here (one decision's budget is 100 us and a 32 KB prompt
+has 128 chunks). A collision only misjudges one affinity score.
+
+The index maps a chunk hash to the backends that served it, least recently served chunks
+dropped first past ``capacity`` entries. It forgets by age, and learns from the engines
+where they report what they had cached (:class:`PrefixCorrection`): each response's
+``usage.prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``)
+or, without it, the scraped ``vllm:prefix_cache_hits`` counter against the hits the index
+predicted. A backend's measured precision scales its affinity scores, and a predicted hit
+that the engine reports as a miss marks everything that backend served before as evicted
+(vLLM evicts the least recently freed blocks first).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Sequence
+import time
+import zlib
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import orjson
 
 from proxy.records import Outcome, ParsedRequest, Route
+from proxy.store import SharedPrefix
 
-CHUNK_BYTES = 256
-# At most this many leading chunks per request (128 KiB), so hashing stays cheap.
-MAX_CHUNKS = 512
+# Where each chunk ends, in bytes of the serialised prompt.
+CHUNK_ENDS = (*range(512, 8192 + 1, 512), *range(8192 + 2048, 65536 + 1, 2048))
 PROMPT_FIELDS = ("messages", "prompt", "input")
 
 
 def prompt_chunks(body: dict[str, object]) -> tuple[int, ...]:
-    """Chained hashes of the leading fixed-size chunks of a request's prompt."""
+    """Chained, process-stable 64-bit hashes of the leading fixed-size chunks of a prompt."""
     prompt = next((body[key] for key in PROMPT_FIELDS if key in body), None)
     if prompt is None:
         return ()
@@ -38,68 +55,246 @@ def prompt_chunks(body: dict[str, object]) -> tuple[int, ...]:
         data = orjson.dumps(prompt)
     except TypeError:
         return ()
+    crc32, adler32 = zlib.crc32, zlib.adler32
     out: list[int] = []
-    parent = 0
-    end = min(len(data), CHUNK_BYTES * MAX_CHUNKS)
-    for start in range(0, end, CHUNK_BYTES):
-        parent = hash((parent, data[start : start + CHUNK_BYTES]))
-        out.append(parent)
+    crc, adler, start, size = 0, 1, 0, len(data)
+    for end in CHUNK_ENDS:
+        if start >= size:
+            break
+        chunk = data[start:end]
+        crc = crc32(chunk, crc)
+        adler = adler32(chunk, adler)
+        out.append(crc << 32 | adler)
+        start = end
     return tuple(out)
+
+
+def covered_share(run: int, total: int) -> float:
+    """The share of a ``total``-chunk prompt's bytes that its first ``run`` chunks cover
+    (counting the last, partial chunk as full)."""
+    return CHUNK_ENDS[run - 1] / CHUNK_ENDS[total - 1] if run > 0 else 0.0
+
+
+class CacheReports:
+    """Which backends report cached prompt tokens, so that a report's absence can be read.
+
+    vLLM writes ``usage.prompt_tokens_details.cached_tokens`` only with
+    ``--enable-prompt-tokens-details``, and several releases write it only when something
+    was cached (``if self.enable_prompt_tokens_details and num_cached_tokens:`` in
+    vllm/entrypoints/openai/serving_chat.py and serving_completion.py; the 0.32 CPU build
+    of the e2e tier writes 0). So once a backend has reported cached tokens, a response
+    with usage but without them counts as nothing cached; until then, as unknown.
+    """
+
+    def __init__(self) -> None:
+        self._reporting: set[str] = set()
+
+    def cached(self, outcome: Outcome) -> int | None:
+        if outcome.cached_tokens is not None:
+            self._reporting.add(outcome.backend)
+            return outcome.cached_tokens
+        if outcome.prompt_tokens and outcome.backend in self._reporting:
+            return 0
+        return None
+
+
+@dataclass(slots=True)
+class Precision:
+    """How far a backend's predicted prefix hits were borne out (an EWMA in [0, 1])."""
+
+    value: float = 1.0
+    samples: int = 0
+    misses: int = 0
+    source: str = "none"
+
+
+NEVER = float("-inf")
+# How fast precision follows new evidence (weight of the newest sample).
+PRECISION_ALPHA = 0.2
+# A response with less than this share of the predicted cached share is a miss.
+MISS_RATIO = 0.25
 
 
 class PrefixIndex:
     """Chunk hash -> backends that served it, LRU over ``capacity`` chunks.
 
     An outcome listener: each relayed request that reached its backend records its chunks
-    there. ``held`` is read by the ``prefix_affinity`` scorer and changes nothing.
+    there (after checking the engine's report of what it had cached against the index's
+    prediction). ``held`` and ``confidence`` are read by the ``prefix_affinity`` scorer.
+    Records that add something new are queued (bounded) for the store, and records from
+    other replicas are applied with :meth:`apply_remote`.
     """
 
-    def __init__(self, capacity: int = 65536, holders_per_chunk: int = 4) -> None:
-        if capacity <= 0 or holders_per_chunk <= 0:
-            raise ValueError("prefix index: capacity and holders_per_chunk must be > 0")
+    def __init__(
+        self,
+        capacity: int = 65536,
+        holders_per_chunk: int = 4,
+        outbox: int = 4096,
+        reports: CacheReports | None = None,
+    ) -> None:
+        if capacity <= 0 or holders_per_chunk <= 0 or outbox <= 0:
+            raise ValueError("prefix index: capacity, holders_per_chunk, outbox must be > 0")
         self.capacity = capacity
         self.holders_per_chunk = holders_per_chunk
-        # Holders in the order they last served the chunk (most recent last).
-        self._chunks: OrderedDict[int, list[str]] = OrderedDict()
+        # Holder -> when it last served the chunk (time.monotonic(), the clock of an
+        # Outcome's times), most recent last.
+        self._chunks: OrderedDict[int, dict[str, float]] = OrderedDict()
+        # Per backend: entries served at or before this time are taken as evicted.
+        self._horizon: dict[str, float] = {}
+        self.precision: dict[str, Precision] = {}
+        self.outbox: deque[SharedPrefix] = deque(maxlen=outbox)
+        self.reports = reports or CacheReports()
+        # Per backend: prompt tokens predicted cached on responses without a per-response
+        # report, for the counter-based correction.
+        self.predicted_tokens: dict[str, float] = {}
 
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def record(self, chunks: Sequence[int], backend: str) -> None:
+    def record(
+        self, chunks: Sequence[int], backend: str, *, at: float | None = None, share: bool = True
+    ) -> bool:
+        """Note that ``backend`` served ``chunks`` (prefilled them ``at``, default now);
+        True when that added a holder."""
         table = self._chunks
+        served = time.monotonic() if at is None else at
+        added = False
         for h in chunks:
             holders = table.get(h)
             if holders is None:
-                table[h] = [backend]
+                table[h] = {backend: served}
+                added = True
+                continue
+            table.move_to_end(h)
+            if backend in holders:
+                del holders[backend]
             else:
-                table.move_to_end(h)
-                if holders[-1] != backend:
-                    if backend in holders:
-                        holders.remove(backend)
-                    holders.append(backend)
-                    if len(holders) > self.holders_per_chunk:
-                        del holders[0]
+                added = True
+            holders[backend] = served
+            if len(holders) > self.holders_per_chunk:
+                del holders[next(iter(holders))]
         while len(table) > self.capacity:
             table.popitem(last=False)
+        if added and share:
+            self.outbox.append(SharedPrefix(backend, tuple(chunks)))
+        return added
+
+    def apply_remote(self, records: Iterable[SharedPrefix]) -> int:
+        """Record what other replicas saw (not queued for sharing again)."""
+        count = 0
+        for item in records:
+            self.record(item.chunks, item.backend, share=False)
+            count += 1
+        return count
 
     def held(self, chunks: Sequence[int]) -> dict[str, int]:
         """Per backend, how many of the leading chunks it holds in a row (absent: none)."""
         table = self._chunks
+        horizon = self._horizon
         run: dict[str, int] = {}
         for i, h in enumerate(chunks):
             holders = table.get(h)
             if holders is None:
                 break
             extended = False
-            for name in holders:
-                if run.get(name, 0) == i:
+            for name, served in holders.items():
+                if run.get(name, 0) == i and (not horizon or served > horizon.get(name, NEVER)):
                     run[name] = i + 1
                     extended = True
             if not extended:
                 break
         return run
 
+    def confidence(self, backend: str) -> float:
+        """The backend's measured precision (1 until measured)."""
+        found = self.precision.get(backend)
+        return 1.0 if found is None else found.value
+
+    def forget_before(self, backend: str, served: float) -> None:
+        """Take every entry ``backend`` served at or before ``served`` as evicted."""
+        if served > self._horizon.get(backend, NEVER):
+            self._horizon[backend] = served
+
+    def served_at(self, chunk: int, backend: str) -> float | None:
+        holders = self._chunks.get(chunk)
+        return None if holders is None else holders.get(backend)
+
+    def observe_precision(self, backend: str, sample: float, source: str) -> None:
+        found = self.precision.get(backend)
+        if found is None:
+            found = self.precision[backend] = Precision()
+        found.value += PRECISION_ALPHA * (min(max(sample, 0.0), 1.0) - found.value)
+        found.samples += 1
+        found.source = source
+
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         # A first byte means the engine prefilled the prompt, so it now caches its blocks.
-        if outcome.first_byte is not None and route.request.prefix_chunks:
-            self.record(route.request.prefix_chunks, route.backend)
+        chunks = route.request.prefix_chunks
+        if outcome.first_byte is None or not chunks:
+            return
+        PrefixCorrection.check(self, chunks, outcome, route.backend)
+        self.record(chunks, route.backend, at=outcome.first_byte)
+
+    def snapshot(self) -> dict[str, object]:
+        """What /admin/fleet shows of the index."""
+        return {
+            "chunks": len(self._chunks),
+            "capacity": self.capacity,
+            "outbox": len(self.outbox),
+            "backends": {
+                name: {
+                    "precision": round(p.value, 4),
+                    "samples": p.samples,
+                    "misses": p.misses,
+                    "source": p.source,
+                    "evicted_before_s_ago": (
+                        round(time.monotonic() - self._horizon[name], 3)
+                        if name in self._horizon
+                        else None
+                    ),
+                }
+                for name, p in sorted(self.precision.items())
+            },
+        }
+
+
+class PrefixCorrection:
+    """The engines' word on what they had cached, against the index's prediction."""
+
+    @staticmethod
+    def check(index: PrefixIndex, chunks: Sequence[int], outcome: Outcome, backend: str) -> None:
+        predicted = index.held(chunks).get(backend, 0)
+        prompt = outcome.prompt_tokens
+        last = index.served_at(chunks[0], backend)
+        if not predicted or not prompt or last is None or last >= outcome.started:
+            # Nothing predicted, or only since this request was sent (a concurrent request
+            # with the same prefix): the engine's report says nothing about the index.
+            return
+        predicted_share = covered_share(predicted, len(chunks))
+        cached = index.reports.cached(outcome)
+        if cached is None:
+            # No per-response report: accumulate for the counter-based correction.
+            index.predicted_tokens[backend] = (
+                index.predicted_tokens.get(backend, 0.0) + predicted_share * prompt
+            )
+            return
+        measured_share = cached / prompt
+        index.observe_precision(backend, measured_share / predicted_share, "usage")
+        if measured_share < MISS_RATIO * predicted_share:
+            # The engine no longer holds the prefix's first block: under LRU, nothing it
+            # was last sent before that block's last use is held either.
+            index.precision[backend].misses += 1
+            index.forget_before(backend, last)
+
+    @staticmethod
+    def from_counters(index: PrefixIndex, backend: str, hits_delta: float) -> None:
+        """Compare one scrape interval's ``vllm:prefix_cache_hits`` growth with the hits
+        predicted over it; the engine's count also includes hits the index did not
+        predict, so this only ever lowers confidence where predicted hits did not happen."""
+        predicted = index.predicted_tokens.pop(backend, 0.0)
+        if predicted >= COUNTER_MIN_PREDICTED and hits_delta >= 0:
+            index.observe_precision(backend, hits_delta / predicted, "counters")
+
+
+# Predicted tokens needed in one interval before the counters are compared with them.
+COUNTER_MIN_PREDICTED = 256.0

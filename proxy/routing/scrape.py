@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 import httpx
@@ -28,6 +29,8 @@ _DRAFTS = "vllm:spec_decode_num_drafts"
 _DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 _ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# Prompt tokens looked up in / found in the prefix cache (vLLM V1's counters, in tokens).
+_PREFIX = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
 
 
 def parse_engine_metrics(text: str) -> tuple[dict[str, float], SpecCounters | None]:
@@ -43,7 +46,7 @@ def parse_engine_metrics(text: str) -> tuple[dict[str, float], SpecCounters | No
             if name.endswith("_created"):
                 continue
             name = name.removesuffix("_total")
-            if name in (_RUNNING, _WAITING) or name in _KV:
+            if name in (_RUNNING, _WAITING) or name in _KV or name in _PREFIX:
                 key = "kv" if name in _KV else name
                 gauges[key] = gauges.get(key, 0.0) + sample.value
             elif name == _DRAFTS:
@@ -66,6 +69,9 @@ def update_from_metrics(backend: BackendState, text: str) -> None:
     backend.running = gauges.get(_RUNNING, 0.0)
     backend.waiting = gauges.get(_WAITING, 0.0)
     backend.kv_usage = gauges.get("kv", 0.0)
+    backend.scraped_at = time.monotonic()
+    backend.prefix_cache_hits = gauges.get(_PREFIX[1])
+    backend.prefix_cache_queries = gauges.get(_PREFIX[0])
     previous = backend.spec_counters
     if counters is not None and previous is not None:
         d_draft = counters.draft_tokens - previous.draft_tokens

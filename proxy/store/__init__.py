@@ -4,7 +4,15 @@
 configured (the redis client is not loaded otherwise).
 """
 
-from proxy.store.base import LogEntry, Record, Store, StoreHealth
+from proxy.store.base import LogEntry, Record, SharedPrefix, SharedPrefixes, Store, StoreHealth
 from proxy.store.memory import MemoryStore
 
-__all__ = ["LogEntry", "MemoryStore", "Record", "Store", "StoreHealth"]
+__all__ = [
+    "LogEntry",
+    "MemoryStore",
+    "Record",
+    "SharedPrefix",
+    "SharedPrefixes",
+    "Store",
+    "StoreHealth",
+]

@@ -9,7 +9,10 @@ The interface is shaped by what must be fleet-wide (see the Redis issue):
 - append-only logs (acceptance / TPOT observations, shadow records, canary audit trail)
   that every replica can tail with a cursor and merge into its local models;
 - small documents (canary state, the active policy) with a version;
-- a broadcast channel (policy reloads).
+- a broadcast channel (policy reloads);
+- the prefix index's records (which backend served which prompt-prefix chunks), a bounded
+  feed each replica writes in batches and tails into its own index, entries older than
+  ``max_age_s`` ignored (an engine's cache turns over in minutes).
 
 Every method is async and must be cheap: the request path calls :meth:`Store.add_inflight`
 twice per request and nothing else. Everything else runs in background tasks.
@@ -41,6 +44,26 @@ class StoreHealth:
     detail: str = ""
     degraded_episodes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    """One replica's record that ``backend`` served a prompt whose leading chunks hash to
+    ``chunks`` (proxy/routing/prefix.py)."""
+
+    backend: str
+    chunks: tuple[int, ...]
+    # The replica that wrote it: filled in by the store when read back (a writer's own
+    # replica id is the store's).
+    replica: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefixes:
+    """A page of the prefix feed and the cursor to read on from."""
+
+    records: list[SharedPrefix]
+    cursor: str | None
 
 
 @runtime_checkable
@@ -81,6 +104,16 @@ class Store(Protocol):
 
     async def put_doc(self, key: str, doc: Record) -> None:
         """Replace a document."""
+
+    # -- the shared prefix index -------------------------------------------------------------
+    async def add_prefixes(self, records: list[SharedPrefix], maxlen: int = 20_000) -> None:
+        """Append prefix records in one round trip (dropped while the store is away: the
+        index is approximate and each replica keeps its own)."""
+
+    async def prefixes_after(
+        self, cursor: str | None, max_age_s: float, limit: int = 2000
+    ) -> SharedPrefixes:
+        """Records after ``cursor`` (no cursor: from ``max_age_s`` ago), oldest first."""
 
     # -- broadcast ---------------------------------------------------------------------------
     async def publish(self, channel: str, message: Record) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from proxy.store.base import LogEntry, Record, StoreHealth
+from proxy.store.base import LogEntry, Record, SharedPrefix, SharedPrefixes, StoreHealth
 
 
 class MemoryStore:
@@ -24,6 +24,8 @@ class MemoryStore:
         self._seq = itertools.count(1)
         self._docs: dict[str, Record] = {}
         self._subscribers: dict[str, list[asyncio.Queue[Record | None]]] = defaultdict(list)
+        # The prefix feed: (sequence, written at (wall clock), record).
+        self._prefixes: deque[tuple[int, float, SharedPrefix]] = deque()
 
     async def start(self) -> None:
         return None
@@ -72,6 +74,29 @@ class MemoryStore:
 
     async def put_doc(self, key: str, doc: Mapping[str, Any]) -> None:
         self._docs[key] = orjson.loads(orjson.dumps(doc))
+
+    async def add_prefixes(self, records: list[SharedPrefix], maxlen: int = 20_000) -> None:
+        now = time.time()
+        feed = self._prefixes
+        for item in records:
+            feed.append(
+                (next(self._seq), now, SharedPrefix(item.backend, item.chunks, self.replica_id))
+            )
+        while len(feed) > maxlen:
+            feed.popleft()
+
+    async def prefixes_after(
+        self, cursor: str | None, max_age_s: float, limit: int = 2000
+    ) -> SharedPrefixes:
+        after = int(cursor) if cursor is not None else -1
+        oldest = time.time() - max_age_s
+        # Newest first back to the cursor (sequences increase), so a reader that keeps up
+        # touches only what is new.
+        newer = list(itertools.takewhile(lambda row: row[0] > after, reversed(self._prefixes)))
+        page = newer[::-1][:limit]
+        out = [item for _, written, item in page if written >= oldest]
+        last = str(page[-1][0]) if page else cursor
+        return SharedPrefixes(out, last)
 
     async def publish(self, channel: str, message: Record) -> None:
         for queue in self._subscribers.get(channel, ()):

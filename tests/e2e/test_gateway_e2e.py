@@ -426,3 +426,49 @@ def test_a_follow_up_routed_by_affinity_reuses_the_engines_prefix_cache(
     assert elsewhere.usage is not None
     details = elsewhere.usage.prompt_tokens_details
     assert details is None or not details.cached_tokens
+
+
+def test_acceptance_by_cached_share_from_real_engine_responses(
+    vllm_servers: dict[str, VllmServer], tmp_path: Path
+) -> None:
+    # An n-gram engine with prefix caching on: a new document's first question finds
+    # nothing cached, a follow-up on it finds most of it cached; each streamed response's
+    # acceptance (from the stream's shape) lands in its cached-share bucket. Two documents:
+    # on a busy host vLLM may merge a slow client's steps into one event, and a response
+    # streamed in one event gives no acceptance estimate.
+    server = vllm_servers["ngram"]
+    turns: list[list[dict[str, str]]] = []
+    for topic in ("bridge", "harbour"):
+        nonce = os.urandom(6).hex()
+        document = f"Report {nonce}. The {topic} opened in 1932 and was widened in 1958. " * 24
+        first_turn = [{"role": "user", "content": document + "\nWhen was it widened?"}]
+        follow = [
+            *first_turn,
+            {"role": "assistant", "content": "It was widened in 1958."},
+            {"role": "user", "content": "And when did it open?"},
+        ]
+        turns += [first_turn, follow]
+    with gateway(tmp_path, [backend(server)]) as gw:
+        client = sdk(gw)
+        cached: list[int] = []
+        for messages in turns:
+            stream = client.chat.completions.create(
+                model=server.model,
+                messages=messages,
+                max_tokens=24,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=FIXED,
+            )
+            usage = [chunk.usage for chunk in stream if chunk.usage is not None][-1]
+            details = usage.prompt_tokens_details
+            cached.append((details.cached_tokens or 0) if details is not None else 0)
+        rows = httpx.get(gw.url + "/admin/acceptance", timeout=5).json()["by_cached_share"]
+        metrics = httpx.get(gw.url + "/metrics", timeout=5).text
+    assert cached[0] == cached[2] == 0 and cached[1] > 0 and cached[3] > 0
+    counts = {row["cached_share"]: row["requests"] for row in rows}
+    assert set(counts) == {"0", "0.5-1"} and sum(counts.values()) <= 4, rows
+    assert all(row["pool"] == "ngram" and row["draft_tokens"] > 0 for row in rows)
+    assert 'specroute_acceptance_by_cached_share{pool="ngram",share="0.5-1"}' in metrics
+    print(f"\ncached tokens per turn {cached}; acceptance by cached share {rows}")

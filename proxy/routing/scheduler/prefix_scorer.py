@@ -1,8 +1,10 @@
 """The ``prefix_affinity`` scorer: prefer the backend that likely holds the prompt's prefix.
 
-Score = the share of the request's leading prompt chunks a backend served last
-(``PrefixIndex.held`` over the chunk count), 0 when the prompt is shorter than
-``min_chunks`` chunks (a short prompt's prefill costs too little to be worth steering).
+Score = the share of the request's prompt covered by the leading chunks a backend served
+last (``PrefixIndex.held``, ``covered_share``) times the backend's measured precision (how far
+its engine's reported cache hits bore out the index's predictions, 1 until measured), 0
+when the prompt is shorter than ``min_chunks`` chunks (a short prompt's prefill costs too
+little to be worth steering).
 It only adds its weight to the others: break-even still takes its weight off a
 speculative backend past its break-even and load still spends the rest, so with the
 policy's weights the affinity decides between backends the other scorers rate alike,
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.routing.fleet import BackendState
+from proxy.routing.prefix import covered_share
 from proxy.routing.scheduler.base import SchedulingContext
 
 
@@ -32,11 +35,16 @@ class PrefixAffinityScorer:
         return ctx.prefix.held(chunks), len(chunks)
 
     def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
-        held, total = self._held(ctx)
-        if not held:
+        prefix, chunks = ctx.prefix, ctx.request.prefix_chunks
+        held = prefix.held(chunks) if prefix is not None and len(chunks) >= self.min_chunks else {}
+        if not held or prefix is None:
             return [0.0] * len(backends)
-        scale = 1.0 / total
-        return [held.get(b.name, 0) * scale for b in backends]
+        # Only the few holders are weighed; every other backend scores 0.
+        total = len(chunks)
+        scores = {
+            name: covered_share(run, total) * prefix.confidence(name) for name, run in held.items()
+        }
+        return [scores.get(b.name, 0.0) for b in backends]
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         held, total = self._held(ctx)
@@ -44,4 +52,9 @@ class PrefixAffinityScorer:
             return "no prefix index"
         if total < self.min_chunks:
             return f"prompt of {total} chunk(s): below {self.min_chunks}, not scored"
-        return f"holds {held.get(backend.name, 0)}/{total} leading prompt chunks"
+        run = held.get(backend.name, 0)
+        line = f"holds {run}/{total} leading prompt chunks"
+        found = ctx.prefix.precision.get(backend.name)
+        if found is not None:
+            line += f", precision {found.value:.2f} over {found.samples} ({found.source})"
+        return line

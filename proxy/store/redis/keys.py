@@ -29,6 +29,11 @@ class Keys:
         """Hash: backend -> sequence number of the last write, so stale writes lose."""
         return f"{self.prefix}inflight-seq:{self.replica_id}"
 
+    @property
+    def prefixes(self) -> str:
+        """Stream: which backend served which prompt-prefix chunks (the shared prefix index)."""
+        return f"{self.prefix}prefixes"
+
     def log(self, name: str) -> str:
         return f"{self.prefix}log:{name}"
 

@@ -24,13 +24,14 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from proxy.store import LogEntry, Record, StoreHealth
+from proxy.store import LogEntry, Record, SharedPrefix, SharedPrefixes, StoreHealth
 from proxy.store.redis.broadcast import Broadcast
 from proxy.store.redis.documents import Documents
 from proxy.store.redis.guard import Guard
 from proxy.store.redis.inflight import InflightLeases
 from proxy.store.redis.keys import Keys
 from proxy.store.redis.logs import StreamLogs
+from proxy.store.redis.prefixes import PrefixFeed
 
 log = logging.getLogger("specroute.store")
 
@@ -71,6 +72,7 @@ class RedisStore:
         self._logs = StreamLogs(self._redis, self._guard, keys)
         self._docs = Documents(self._redis, self._guard, keys)
         self._broadcast = Broadcast(self._redis, self._guard, keys)
+        self._prefixes = PrefixFeed(self._redis, self._guard, keys)
         self._upkeep: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -124,6 +126,14 @@ class RedisStore:
 
     async def put_doc(self, key: str, doc: Mapping[str, Any]) -> None:
         await self._docs.put(key, doc)
+
+    async def add_prefixes(self, records: list[SharedPrefix], maxlen: int = 20_000) -> None:
+        await self._prefixes.add(records, maxlen)
+
+    async def prefixes_after(
+        self, cursor: str | None, max_age_s: float, limit: int = 2000
+    ) -> SharedPrefixes:
+        return await self._prefixes.after(cursor, max_age_s, limit)
 
     async def publish(self, channel: str, message: Record) -> None:
         await self._broadcast.publish(channel, message)

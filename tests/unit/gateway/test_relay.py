@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from proxy.gateway.relay import DONE, StreamRelay
+from proxy.gateway.relay import DONE, StreamRelay, absorb_usage
 from proxy.gateway.upstream import UpstreamError
 from proxy.gateway.watch import Watch
 from proxy.records import Endpoint, Outcome
@@ -115,6 +115,18 @@ async def test_injected_usage_is_read_then_dropped() -> None:
     )
     assert body == ROLE + b"".join(TOKENS) + DONE
     assert outcome.completion_tokens == 3 and outcome.prompt_tokens == 5
+
+
+def test_cached_prompt_tokens_are_read_from_usage() -> None:
+    outcome = Outcome("b", "p", False, "chat", 0, 0.0)
+    absorb_usage(outcome, {"usage": {"prompt_tokens": 40, "completion_tokens": 2}})
+    assert outcome.cached_tokens is None  # not reported: unknown, not zero
+    details = {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}
+    absorb_usage(outcome, {"usage": details})
+    assert (outcome.prompt_tokens, outcome.cached_tokens) == (40, 32)
+    responses = {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 0}}
+    absorb_usage(outcome, {"response": {"usage": responses}})
+    assert (outcome.prompt_tokens, outcome.cached_tokens) == (9, 0)
 
 
 async def test_capture_text_for_shadow() -> None:

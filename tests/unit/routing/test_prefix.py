@@ -1,3 +1,9 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
 from proxy.records import (
     Endpoint,
     Outcome,
@@ -7,9 +13,17 @@ from proxy.records import (
     RouteKind,
     RouteReason,
 )
-from proxy.routing.prefix import CHUNK_BYTES, PrefixIndex, prompt_chunks
+from proxy.routing.prefix import (
+    CHUNK_ENDS,
+    CacheReports,
+    PrefixCorrection,
+    PrefixIndex,
+    covered_share,
+    prompt_chunks,
+)
+from proxy.store import SharedPrefix
 
-DOC = "lorem ipsum dolor sit amet " * 60  # ~1.6 kB: several chunks
+DOC = "lorem ipsum dolor sit amet " * 120  # ~3.2 kB: several chunks
 
 
 def chat(*contents: str, **extra: object) -> dict[str, object]:
@@ -22,7 +36,7 @@ def test_chunks_share_the_leading_hashes_of_a_shared_prefix() -> None:
     other = prompt_chunks(chat("x" + DOC, "question one"))
     assert len(first) > 4
     shared = next(i for i, (a, b) in enumerate(zip(first, follow, strict=False)) if a != b)
-    assert shared >= len(DOC) // CHUNK_BYTES
+    assert shared >= len(DOC) // CHUNK_ENDS[0]
     assert not set(other) & set(first)  # chained: a different start changes every hash
     assert prompt_chunks({"prompt": DOC}) != () and prompt_chunks({"model": "m"}) == ()
 
@@ -57,3 +71,123 @@ def test_only_requests_that_reached_their_backend_are_recorded() -> None:
     outcome.first_byte = 1.0
     index.on_outcome(parsed, outcome, route)
     assert index.held((5, 6)) == {"a": 2}
+
+
+def test_chunk_hashes_are_the_same_in_every_process() -> None:
+    # Replicas share hashes through the store: they must not depend on the process's
+    # string-hash salt.
+    code = (
+        "from proxy.routing.prefix import prompt_chunks;"
+        f"print(prompt_chunks({{'prompt': {DOC!r}}}))"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert runs == {f"{prompt_chunks({'prompt': DOC})}\n"}
+    assert all(0 <= h < 2**64 for h in prompt_chunks({"prompt": DOC}))
+
+
+def test_only_records_that_add_a_holder_are_queued_for_sharing() -> None:
+    index = PrefixIndex()
+    assert index.record((1, 2), "a")
+    assert not index.record((1, 2), "a")  # a refresh: nothing new for other replicas
+    assert index.record((1, 2, 3), "a")
+    assert index.apply_remote([SharedPrefix("b", (1, 2), "r2")]) == 1
+    assert [(r.backend, r.chunks) for r in index.outbox] == [("a", (1, 2)), ("a", (1, 2, 3))]
+    assert index.held((1, 2, 3)) == {"a": 3, "b": 2}
+
+
+def served(
+    index: PrefixIndex,
+    backend: str,
+    chunks: tuple[int, ...],
+    prompt: int,
+    cached: int | None,
+    at: float,
+) -> None:
+    """A response from ``backend`` to a request sent at ``at``, its first byte 0.5 s later."""
+    info = RequestInfo("m", "chat", prefix_chunks=chunks)
+    parsed = ParsedRequest(Endpoint.CHAT, {}, b"", "m", False, False, False, 1)
+    route = Route(info, backend, "plain", RouteReason(RouteKind.PLAIN, ""))
+    outcome = Outcome(backend, "plain", False, "chat", 0, at, first_byte=at + 0.5)
+    outcome.prompt_tokens, outcome.cached_tokens = prompt, cached
+    index.on_outcome(parsed, outcome, route)
+
+
+def test_a_reported_miss_forgets_what_the_backend_served_before_it() -> None:
+    index = PrefixIndex()
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=0, at=10)  # no prediction yet
+    served(index, "a", (7, 8), prompt=128, cached=0, at=11)  # served after (1, 2, ...)
+    served(index, "b", (1, 2), prompt=128, cached=0, at=12)
+    assert index.precision == {}
+    # (1, 2) was predicted on "a" (2 of 4 chunks: half the prompt) but nothing was cached:
+    # evicted, and so is everything "a" prefilled before (1, 2)'s last use.
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=0, at=13)
+    precision = index.precision["a"]
+    assert precision.misses == 1 and precision.source == "usage"
+    after_miss = precision.value
+    assert after_miss == pytest.approx(0.8)
+    assert index.held((1, 2, 3, 4)) == {"a": 2, "b": 2}  # (1, 2) prefilled again just now
+    assert index.held((1, 2, 5, 6))["a"] == 4
+    assert index.held((7, 8)) == {"a": 2}  # prefilled after the evicted use: kept
+    # A hit as predicted raises the precision again; a partial one is no miss.
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=240, at=14)
+    assert index.confidence("a") > after_miss
+    served(index, "a", (1, 2, 5, 6), prompt=256, cached=100, at=15)
+    assert index.precision["a"].misses == 1 and index.confidence("a") < 0.9
+    assert index.confidence("unmeasured") == 1.0
+
+
+def test_a_prediction_made_after_the_request_was_sent_is_not_judged() -> None:
+    # Two requests with a new document's prefix sent together: the first to finish records
+    # it, the second was prefilled without it and reports nothing cached; no miss.
+    index = PrefixIndex()
+    served(index, "a", (1, 2, 3), prompt=300, cached=0, at=20.0)
+    served(index, "a", (1, 2, 3), prompt=300, cached=0, at=19.9)
+    assert index.precision == {} and index.held((1, 2, 3)) == {"a": 3}
+
+
+def test_counter_correction_lowers_confidence_where_predicted_hits_did_not_happen() -> None:
+    index = PrefixIndex()
+    for at in range(4):  # the last three were predicted: 3 x 1000 prompt tokens
+        served(index, "a", (1, 2, 3, 4), prompt=1000, cached=None, at=at)
+    assert index.predicted_tokens == {"a": 3000.0}
+    PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
+    assert index.confidence("a") == pytest.approx(0.8)
+    assert index.predicted_tokens == {}
+    # Too little predicted to judge: no sample.
+    served(index, "a", (1, 2, 3, 4), prompt=100, cached=None, at=5)
+    PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
+    assert index.precision["a"].samples == 1
+
+
+def test_long_prompts_are_hashed_in_a_bounded_number_of_growing_chunks() -> None:
+    huge = prompt_chunks({"prompt": "x" * 200_000})
+    assert len(huge) == len(CHUNK_ENDS) == 16 + 28  # 512 B to 8 KiB, then 2 KiB to 64 KiB
+    assert prompt_chunks({"prompt": "y" * 200_000})[:3] != huge[:3]
+    assert covered_share(16, 44) == 8192 / 65536 and covered_share(44, 44) == 1.0
+    assert covered_share(2, 4) == 0.5 and covered_share(0, 4) == 0.0
+
+
+def test_a_backend_that_reports_cached_tokens_reports_none_cached_by_omission() -> None:
+    # Several vLLM releases omit prompt_tokens_details when nothing was cached.
+    reports = CacheReports()
+    omitted = Outcome("a", "plain", False, "chat", 0, 0.0, prompt_tokens=100)
+    assert reports.cached(omitted) is None  # never reported: unknown
+    reported = Outcome("a", "plain", False, "chat", 0, 0.0, prompt_tokens=100)
+    reported.cached_tokens = 64
+    assert reports.cached(reported) == 64
+    assert reports.cached(omitted) == 0
+    no_usage = Outcome("a", "plain", False, "chat", 0, 0.0)
+    assert reports.cached(no_usage) is None
+    index = PrefixIndex(reports=reports)
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=None, at=1)
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=None, at=2)  # omitted: a miss
+    assert index.precision["a"].misses == 1 and index.predicted_tokens == {}

@@ -76,6 +76,21 @@ def test_window_acceptance_from_deltas_and_restart() -> None:
     assert b.window_acceptance is None
 
 
+def test_prefix_cache_counters_in_tokens() -> None:
+    b = BackendState(spec=BackendSpec(name="b", url="http://x", model="m", pool="p"))
+    update_from_metrics(b, render(1, 3, 1))
+    assert b.prefix_cache_hits is None and b.prefix_cache_queries is None
+    counters = (
+        "# TYPE vllm:prefix_cache_queries counter\n"
+        'vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 4096.0\n'
+        "# TYPE vllm:prefix_cache_hits counter\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 1024.0\n'
+    )
+    update_from_metrics(b, render(1, 3, 1) + counters)
+    assert (b.prefix_cache_hits, b.prefix_cache_queries) == (1024.0, 4096.0)
+    assert b.scraped_at > 0
+
+
 def _pending(s: Scheduler) -> set[str]:
     """The backends some kept class would re-score on its next request."""
     cache = s._cache

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from proxy.store import MemoryStore, Record, Store
+from proxy.store import MemoryStore, Record, SharedPrefix, Store
 from proxy.store.redis import RedisStore
 from tests.fixtures.redis import RedisServer
 
@@ -198,3 +198,28 @@ async def test_close_ends_subscriptions(store: Store) -> None:
     with pytest.raises(StopAsyncIteration):
         async with asyncio.timeout(WAIT_S):
             await pending
+
+
+async def test_prefix_feed_pages_after_a_cursor_with_the_writer_named(store: Store) -> None:
+    big = (2**64 - 1, 0, 12345678901234567890)  # chunk hashes use all 64 bits
+    await store.add_prefixes([SharedPrefix("b1", big), SharedPrefix("b2", (1, 2))])
+    await store.add_prefixes([SharedPrefix("b1", (3,))])
+    first = await store.prefixes_after(None, max_age_s=60, limit=2)
+    assert first.records == [
+        SharedPrefix("b1", big, "replica-a"),
+        SharedPrefix("b2", (1, 2), "replica-a"),
+    ]
+    rest = await store.prefixes_after(first.cursor, max_age_s=60)
+    assert rest.records == [SharedPrefix("b1", (3,), "replica-a")]
+    empty = await store.prefixes_after(rest.cursor, max_age_s=60)
+    assert empty.records == [] and empty.cursor == rest.cursor
+
+
+async def test_prefix_feed_is_bounded_and_skips_old_records(store: Store) -> None:
+    await store.add_prefixes([SharedPrefix("b", (i,)) for i in range(400)], maxlen=10)
+    kept = (await store.prefixes_after(None, max_age_s=60, limit=1000)).records
+    # Redis trims whole stream nodes (MAXLEN ~, 100 entries each): at least maxlen are
+    # kept, the newest, and far fewer than were written.
+    assert 10 <= len(kept) <= 200 and kept[-1].chunks == (399,)
+    await asyncio.sleep(0.05)
+    assert (await store.prefixes_after(None, max_age_s=0.01)).records == []
