@@ -8,6 +8,7 @@ keeping them here lets each of those import the records without importing each o
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,12 +77,45 @@ class RouteKind(enum.StrEnum):
     NONE = "none"
 
 
-@dataclass(frozen=True, slots=True)
 class RouteReason:
-    """Why a request went where it went: a kind for metrics, a text for people."""
+    """Why a request went where it went: a kind for metrics, a text for people.
 
-    kind: RouteKind
-    text: str
+    The text is given, or built by ``explain`` when first read and kept: the kind is
+    decided with the route (the metric label), the sentence costs more than choosing the
+    backend did and is read only where a person may see it (the route header, when the
+    response starts; the console's recent list, after it).
+    """
+
+    __slots__ = ("_explain", "_text", "kind")
+
+    def __init__(
+        self, kind: RouteKind, text: str | None = None, explain: Callable[[], str] | None = None
+    ) -> None:
+        if (text is None) == (explain is None):
+            raise ValueError("RouteReason needs a text or a way to explain, not both")
+        self.kind = kind
+        self._text = text
+        self._explain = explain
+
+    @property
+    def text(self) -> str:
+        text = self._text
+        if text is None:
+            assert self._explain is not None
+            text = self._text = self._explain()
+            self._explain = None  # what it read is released once the text exists
+        return text
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RouteReason):
+            return NotImplemented
+        return self.kind is other.kind and self.text == other.text
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.text))
+
+    def __repr__(self) -> str:
+        return f"RouteReason(kind={self.kind!r}, text={self.text!r})"
 
 
 @dataclass(frozen=True, slots=True)

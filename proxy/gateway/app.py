@@ -136,6 +136,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         control,
         settings.scrape_interval_s,
         settings.health_failures_to_eject,
+        # A round writes most backends: re-derived here, not by the next request.
+        after_round=lambda: runtime.scheduler.refresh(),
     )
     _add_collectors(metrics, parts)
     app.state.canary = canary

@@ -92,11 +92,16 @@ class Scraper:
         client: httpx.AsyncClient,
         interval_s: float,
         eject_after: int,
+        after_round: Callable[[], None] | None = None,
     ) -> None:
+        """``after_round``: called once every backend of a round was checked (the gateway
+        passes ``Scheduler.refresh``: a round writes most backends' state, and what the
+        scheduler keeps is re-derived there rather than by the next request)."""
         self._fleet = fleet
         self._client = client
         self._interval = interval_s
         self._eject_after = eject_after
+        self._after_round = after_round
 
     async def check(self, backend: BackendState) -> None:
         url = backend.spec.url
@@ -126,6 +131,8 @@ class Scraper:
     async def check_all(self) -> None:
         backends = list(self._fleet().backends.values())
         await asyncio.gather(*(self.check(b) for b in backends))
+        if self._after_round is not None:
+            self._after_round()
 
     async def run(self) -> None:
         while True:

@@ -102,6 +102,9 @@ class DecisionCache:
         self._banded = break_even.changes.subscribe(self)
         self._groups: dict[str, _Group] = {}
         self._smallest = SMALLEST_FLEET
+        # Backends re-scored (for one class) so far, requests and refreshes alike: how much
+        # work a decision did is the difference across it (loadtests/decision_time.py).
+        self.rescored = 0
         self._backends = fleet.backends
 
     def covers(self, ctx: SchedulingContext) -> bool:
@@ -321,6 +324,7 @@ class DecisionCache:
             # Few: found through their places, the others (filtered out) left pending.
             places = [i for name in pending if (i := pos.get(name)) is not None]
             values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
+            self.rescored += len(values)
             for i, value in zip(places, values, strict=True):
                 totals[i] = value
             if len(places) == len(pending):
@@ -332,6 +336,7 @@ class DecisionCache:
         if not todo:
             return
         values = self._builtin.totals(ctx, todo, weigh)
+        self.rescored += len(values)
         if backends is listed and len(todo) == len(listed):
             scores.totals = values
             pending.difference_update(pos)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 
@@ -38,16 +37,14 @@ class MaxScorePicker:
         forced = forced_index(ctx, backends)
         if forced is not None:
             return forced
-        best = max(totals)
-        first = totals.index(best)
-        floor = best - self.tie_epsilon
-        # Usually one backend is ahead: check the runner-up with C-level passes before
+        # Usually one backend is ahead: the best and the runner-up from one C-level sort
+        # (cheaper than a max, an index and a second max over 64 floats) before
         # collecting the near-ties in Python.
-        totals[first] = -math.inf
-        runner_up = max(totals) if len(totals) > 1 else -math.inf
-        totals[first] = best
-        if runner_up < floor:
-            return first
+        ranked = sorted(totals)
+        best = ranked[-1]
+        floor = best - self.tie_epsilon
+        if len(ranked) < 2 or ranked[-2] < floor:
+            return totals.index(best)
         return self._random.choice([i for i, t in enumerate(totals) if t >= floor])
 
     def order(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from proxy.policy import Policy
@@ -247,6 +248,12 @@ class Scheduler:
         for model, label in cache.kept():
             cache.refresh(self._context(RequestInfo(model, label)))
 
+    @property
+    def rescored(self) -> int | None:
+        """Backends re-scored from the kept results so far, requests and refreshes alike
+        (None: nothing is kept): a benchmark's measure of the work behind a decision."""
+        return self._cache.rescored if self._cache is not None else None
+
     def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
         return SchedulingContext(
             request,
@@ -345,18 +352,24 @@ class Scheduler:
 
     def reason(self, decision: Decision) -> RouteReason:
         """Why the first choice won: a kind for the metric label, a line for the
-        x-specroute-route header (the filters' note, then the route scorers' explanations)."""
+        x-specroute-route header (the filters' note, then the route scorers'
+        explanations), built when first read (``RouteReason.text``)."""
         chosen = decision.chosen
         if chosen is None:
             return RouteReason(RouteKind.NONE, "no eligible backend")
         backend = chosen.backend
-        ctx = decision.context or self._context(decision.request)
         note = decision.notes.get(backend.name)
+        kind = self._route_kind(backend, note)
+        return RouteReason(kind, explain=partial(self._reason_text, decision, note))
+
+    def _reason_text(self, decision: Decision, note: BackendNote | None) -> str:
+        chosen = decision.chosen
+        assert chosen is not None
+        backend = chosen.backend
+        ctx = decision.context or self._context(decision.request)
         parts: list[str] = [note] if note else []
         parts += [scorer.explain(ctx, backend) for scorer in self._profile.route_scorers]
-        return RouteReason(
-            self._route_kind(backend, note), "; ".join(parts) or f"score {chosen.total:.2f}"
-        )
+        return "; ".join(parts) or f"score {chosen.total:.2f}"
 
     def _route_kind(self, backend: BackendState, note: BackendNote | None) -> RouteKind:
         if note is BackendNote.ACCEPTANCE_PROBE:

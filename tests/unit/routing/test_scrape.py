@@ -1,6 +1,14 @@
+import asyncio
+
+import httpx
+import pytest
+
 from proxy.policy import BackendSpec
+from proxy.records import RequestInfo
 from proxy.routing.fleet import BackendState
-from proxy.routing.scrape import parse_engine_metrics, update_from_metrics
+from proxy.routing.scheduler.scheduler import Scheduler
+from proxy.routing.scrape import Scraper, parse_engine_metrics, update_from_metrics
+from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy
 
 TEXT = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -81,3 +89,41 @@ def test_prefix_cache_counters_in_tokens() -> None:
     update_from_metrics(b, render(1, 3, 1) + counters)
     assert (b.prefix_cache_hits, b.prefix_cache_queries) == (1024.0, 4096.0)
     assert b.scraped_at > 0
+
+
+def _pending(s: Scheduler) -> set[str]:
+    """The backends some kept class would re-score on its next request."""
+    cache = s._cache
+    assert cache is not None
+    cache._drain()
+    return {name for g in cache._groups.values() for c in g.classes.values() for name in c.pending}
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+def test_a_scrape_round_is_absorbed_after_the_round_not_by_the_next_request(
+    refresh: bool,
+) -> None:
+    """A round writes every backend's engine state; with the scheduler's refresh after it
+    (as the gateway wires it), no request has a fleet-wide re-score left to pay."""
+    methods = [("plain", "none", 0), ("ngram", "ngram", 4), ("eagle3", "eagle3", 3)]
+    policy = make_policy(
+        *(backend(f"{p}-{i}", p, m, k) for i in range(30) for p, m, k in [methods[i % 3]])
+    )
+    s = healthy_scheduler(policy)
+    for label in ("chat", "code"):
+        s.schedule(RequestInfo("m", label))
+    assert not _pending(s)
+    served = render(10, 40, 20)
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        metrics = request.url.path.endswith("/metrics")
+        return httpx.Response(200, text=served if metrics else "ok")
+
+    async def round_() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(engine)) as client:
+            scraper = Scraper(lambda: s.fleet, client, 1.0, 3, s.refresh if refresh else None)
+            await scraper.check_all()
+
+    asyncio.run(round_())
+    assert all(b.kv_usage == 0.25 for b in s.fleet.backends.values())
+    assert len(_pending(s)) == (0 if refresh else len(s.fleet.backends))

@@ -422,3 +422,36 @@ def test_results_are_kept_for_large_fleets_only() -> None:
         decision = s.schedule(RequestInfo("m", "chat"))
         assert decision.chosen is not None
         assert bool(s._cache and s._cache.kept()) is kept, size
+
+
+def test_a_request_re_scores_only_the_backends_written_since_the_last() -> None:
+    """The work behind a kept decision is bounded by the writes since the one before:
+    none after a store sync and the refresh that follows it (every backend moved), the
+    written backend alone after a dispatch."""
+    policy = make_policy(
+        *(
+            backend(f"{pool}-{i}", pool, method, k)
+            for i in range(32)
+            for pool, method, k in [METHODS[i % 4]]
+        )
+    )
+    s = healthy_scheduler(policy)
+    fleet, request = s.fleet, RequestInfo("m", "chat")
+    s.schedule(request)  # the first: every candidate
+    assert s.rescored == len(fleet.backends)
+
+    def work() -> int:
+        before = s.rescored
+        assert before is not None
+        s.schedule(request)
+        return (s.rescored or 0) - before
+
+    assert work() == 0
+    fleet.backends["ngram-1"].local_inflight += 1
+    assert work() == 1
+    counts = {name: 3 + i % 5 for i, name in enumerate(fleet.backends)}
+    fleet.apply_fleet_inflight(counts, fleet.snapshot_local())
+    s.refresh()  # as the store sync does
+    assert work() == 0
+    fleet.apply_fleet_inflight({name: 1 for name in fleet.backends}, fleet.snapshot_local())
+    assert work() == len(fleet.backends)  # without it, the next request pays

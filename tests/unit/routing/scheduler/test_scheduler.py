@@ -3,7 +3,8 @@ from collections import Counter
 import pytest
 
 from proxy.records import RequestInfo, RouteKind, RouteReason
-from proxy.routing.scheduler.base import CanaryArm
+from proxy.routing.fleet import BackendState
+from proxy.routing.scheduler.base import CanaryArm, SchedulingContext
 from proxy.routing.scheduler.registry import PluginError
 from proxy.routing.scheduler.scheduler import Scheduler
 from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, mixed_fleet
@@ -146,6 +147,32 @@ def test_the_canary_split_reaches_the_filter_through_its_seam() -> None:
     assert {chosen(s, "code") for _ in range(5)} == {"eagle-0"}
     s.canary = FixedSplit("any", frozenset({"ngram-0"}))
     assert chosen(s, "code") == "ngram-0"
+
+
+def test_a_route_reasons_text_is_built_when_first_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Deciding gives the kind; the sentence is written once, when someone reads it."""
+    policy = mixed_fleet(pools={"ngram": {"break_even": {"concurrency": 8}}})
+    s = healthy_scheduler(policy)
+    scorer = s._profile.route_scorers[0]
+    calls: list[str] = []
+    explain = scorer.explain
+
+    def counted(ctx: SchedulingContext, backend: BackendState) -> str:
+        calls.append(backend.name)
+        return explain(ctx, backend)
+
+    monkeypatch.setattr(scorer, "explain", counted)
+    reason = s.reason(s.schedule(RequestInfo(model="m", label="code")))
+    assert reason.kind is RouteKind.BELOW_BREAK_EVEN and calls == []
+    text = reason.text
+    assert text.startswith("load 0 < break-even 8; acceptance ") and calls == ["ngram-0"]
+    assert reason.text is text and calls == ["ngram-0"]
+    assert reason == RouteReason(RouteKind.BELOW_BREAK_EVEN, text)
+    assert reason != RouteReason(RouteKind.SPECULATIVE, text)
+    with pytest.raises(ValueError, match="a text or a way to explain"):
+        RouteReason(RouteKind.PLAIN)
 
 
 def test_route_reasons_are_built_from_the_decision() -> None:
