@@ -81,9 +81,9 @@ class RouteReason:
     """Why a request went where it went: a kind for metrics, a text for people.
 
     The text is given, or built by ``explain`` when first read and kept: the kind is
-    decided with the route (the metric label), the sentence costs more than choosing the
-    backend did and is read only where a person may see it (the route header, when the
-    response starts; the console's recent list, after it).
+    decided with the route (the metric label); the sentence costs more than choosing the
+    backend did, so the request path reads it only once the upstream request is written,
+    while the backend prefills (for the route header and, later, the console's list).
     """
 
     __slots__ = ("_explain", "_text", "kind")

@@ -610,8 +610,12 @@ class Gateway:
             (b"x-request-id", attempt.rid),
             (b"x-specroute-class", route.request.label.encode("latin-1")),
         ]
+        # The sentence is built here, while the backend prefills, whether or not it is sent:
+        # read later (the console, after the response), it would describe the fleet's state
+        # at that later moment rather than the one the request was routed on.
+        reason = route.reason.text
         if self.settings.route_headers:
-            text = f"pool={route.pool}; backend={route.backend}; reason={route.reason.text}"
+            text = f"pool={route.pool}; backend={route.backend}; reason={reason}"
             headers.append((b"x-specroute-backend", route.backend.encode("latin-1")))
             headers.append((b"x-specroute-route", text.encode("ascii", "replace")))
         attempt.head = headers

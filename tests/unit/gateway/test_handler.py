@@ -95,8 +95,11 @@ class Recorder:
         self.heard.append((outcome, route))
 
 
-def build(script: list[Scripted]) -> tuple[Gateway, FakeUpstream, Recorder]:
-    policy = make_policy(backend("a", "plain"), backend("b", "plain"))
+def build(
+    script: list[Scripted], route_headers: bool = True, method: str = "none"
+) -> tuple[Gateway, FakeUpstream, Recorder]:
+    k = 4 if method != "none" else 0
+    policy = make_policy(backend("a", "plain", method, k), backend("b", "plain", method, k))
     fleet = Fleet(policy)
     for b in fleet.backends.values():
         b.healthy = True
@@ -106,7 +109,7 @@ def build(script: list[Scripted]) -> tuple[Gateway, FakeUpstream, Recorder]:
         policy, MemoryStore(), GatewayMetrics(), fleet, acceptance, break_even, scheduler
     )
     upstream, recorder = FakeUpstream(script), Recorder()
-    settings = Settings(first_byte_timeout_s=0.2)
+    settings = Settings(first_byte_timeout_s=0.2, route_headers=route_headers)
     door = FrontDoor(None, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
     gateway = Gateway(
         settings, runtime, upstream, door, BackendCredentials(policy), listeners=[recorder]
@@ -173,6 +176,22 @@ async def test_a_failure_before_the_first_byte_is_retried_on_the_other_backend(
     assert (outcome.backend, outcome.attempts, outcome.ok) == (served, 2, True)
     assert (route.backend, route.request.label) == (served, outcome.label)
     assert all(b.local_inflight == 0 and b.prefill_pending == 0 for b in fleet.values())
+
+
+@pytest.mark.parametrize("route_headers", [True, False])
+async def test_the_route_sentence_describes_the_fleet_the_request_was_routed_on(
+    route_headers: bool,
+) -> None:
+    gateway, _, recorder = build([Scripted(body=CHAT)], route_headers, method="ngram")
+    await call(gateway)
+    [(_, route)] = recorder.heard
+    # What happens after the response (the fleet keeps moving) must not rewrite why this
+    # request went where it did, headers sent or not.
+    sentence = route.reason.text
+    for b in gateway.runtime.fleet.backends.values():
+        b.local_inflight = 57
+    assert route.reason.text == sentence
+    assert "load 1 < break-even" in sentence, sentence  # its own request counted
 
 
 async def test_every_attempt_5xx_keeps_the_upstream_status_and_body() -> None:
