@@ -56,7 +56,7 @@ from loadtests.traces import Phase, open_loop
 from proxy.sim.hardware import GPUS, derived_profile_data
 from proxy.sim.profile import load_profile
 
-QUICK_POLICIES = ("least-loaded", "all-speculative", "all-plain", "specroute-default")
+QUICK_POLICIES = ("least-loaded", "all-speculative", "all-plain", "specroute-learned")
 REPLAY_POLICIES = tuple(p for p in DEFAULT_POLICIES if p != "specroute-balanced")
 QUANTILES = (10, 25, 50, 75, 90, 99)
 _KS = {"ngram": 4, "eagle3": 3, "draft_model": 3}
