@@ -19,9 +19,13 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
   ``policies/default.yaml``: acceptance floor; break-even, acceptance and load scorers
   with their shipped weights and params) with fixed per-pool break-even points;
 - ``specroute-learned``: the same, the break-even points learned online from measured TPOT
-  (what ships);
-- ``specroute-latency``: the ``latency`` scorer alone (predicted TTFT/TPOT against the
-  SLO, proxy/routing/scheduler/latency_scorer.py) behind the default filters;
+  (what ships today);
+- ``specroute-default``: what ships: the ``routing``, ``pools`` and ``acceptance``
+  sections of ``policies/default.yaml`` read as they are, over the benchmark's backends
+  (its ``slo`` and ``latency`` sections are the benchmark's facts, below);
+- ``specroute-latency``: the ``latency`` scorer alone at its built-in params (predicted
+  TTFT/TPOT against the SLO, proxy/routing/scheduler/latency_scorer.py) behind the default
+  filters;
 - ``specroute-balanced`` (an experiment, kept as first measured): learned break-even used
   only as a cap (``plain_score: 1.0``: below it speculative and plain backends score
   alike), the acceptance scorer as the speculative bias, and the load scorer at weight 4
@@ -56,9 +60,16 @@ shipped in ``policies/default.yaml`` (n-gram 48, EAGLE-3 64 requests per backend
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
 from loadtests.simfleet import SimSpec
+
+# The shipped policy, whose routing, pools and acceptance sections ``specroute-default`` is.
+SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "default.yaml"
+SHIPPED_SECTIONS = ("routing", "pools", "acceptance")
 
 FLEET: tuple[SimSpec, ...] = (
     SimSpec("plain-0", "plain", seed=11),
@@ -89,6 +100,7 @@ DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-latency")
 # Experiments: run only when named.
 EXPERIMENTS = (
     "specroute-latency-solo",
+    "specroute-latency-sat",
     "specroute-balanced",
     "least-loaded-prefill",
     "specroute-prefill",
@@ -97,7 +109,9 @@ EXPERIMENTS = (
     "specroute-prefill-be2",
     "specroute-affinity",
 )
-POLICIES = DEFAULT_POLICIES + EXPERIMENTS
+# ``specroute-default`` is policies/default.yaml as shipped: run it by name (today its
+# routing is specroute-learned's).
+POLICIES = (*DEFAULT_POLICIES, "specroute-default", *EXPERIMENTS)
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
 
@@ -145,6 +159,19 @@ _EXPERIMENT_SCORERS: dict[str, tuple[float, float, float, int]] = {
 }
 
 
+# The latency scorer's experiments: params over its defaults.
+_LATENCY_EXPERIMENTS: dict[str, dict[str, float]] = {
+    "specroute-latency-solo": {"neighbour_weight": 0.0},
+    "specroute-latency-sat": {"saturated_below": 0.5},
+}
+
+
+def shipped_sections(path: Path = SHIPPED_POLICY) -> dict[str, Any]:
+    """The routing, pools and acceptance sections of the shipped policy file."""
+    document = yaml.safe_load(path.read_text())
+    return {key: document[key] for key in SHIPPED_SECTIONS if key in document}
+
+
 class PolicyFleet(Protocol):
     """What a policy is built over: simulators, real endpoints, or the planner's fleets."""
 
@@ -189,8 +216,8 @@ def build_policy(
         policy |= {"backends": everything, "routing": _least_loaded(picker="power_of_two")}
     elif name == "least-prompt-tokens":
         policy |= {"backends": everything, "routing": _least_loaded(1024)}
-    elif name in ("specroute-latency", "specroute-latency-solo"):
-        params = {"neighbour_weight": 0.0} if name.endswith("solo") else {}
+    elif name in ("specroute-latency", *_LATENCY_EXPERIMENTS):
+        params = _LATENCY_EXPERIMENTS.get(name, {})
         policy |= {
             "backends": everything,
             **_specroute("learned", break_even),
@@ -204,6 +231,10 @@ def build_policy(
         policy |= {"backends": everything, **_specroute("static", break_even)}
     elif name == "specroute-learned":
         policy |= {"backends": everything, **_specroute("learned", break_even)}
+    elif name == "specroute-default":
+        shipped = shipped_sections()
+        pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
+        policy |= {"backends": everything, **shipped, "pools": pools}
     elif name == "least-loaded-prefill":
         policy |= {"backends": everything, "routing": _least_loaded(16384)}
     elif name in _EXPERIMENT_SCORERS:

@@ -122,11 +122,35 @@ class _Online:
     tpot_errors: deque[float] = field(init=False)
 
     steps: dict[int, float] = field(init=False)
+    # The predictions with the request's own part left open, for the load they were
+    # computed at (``inflight``, ``pending``): TTFT = ``ttft_base + ttft_per_token * P``
+    # for a prompt of P tokens, TPOT = ``tpot_step`` over the tokens a step yields (the
+    # class's acceptance, ``k`` drafts), and the delay its prefill imposes on the others
+    # ``imposed_per_token * P``; corrections applied, the ``model_`` ones without. Kept
+    # current (``LatencyModel._refresh``): recomputed when the backend's load moves, when
+    # something measured changes them, and when the prompt-token rate has decayed a
+    # while (``terms_at``); not per request.
+    terms_at: float = -math.inf
+    inflight: int = 0
+    pending: int = 0
+    k_now: int = 0
+    ttft_base: float = 0.0
+    ttft_per_token: float = 0.0
+    tpot_step: float = 0.0
+    imposed_per_token: float = 0.0
+    model_ttft_base: float = 0.0
+    model_ttft_per_token: float = 0.0
+    model_tpot_step: float = 0.0
+    step_now: float = 0.0
+    prefill_share: float = 0.0
 
     def __post_init__(self) -> None:
         self.ttft_errors = deque(maxlen=self.window)
         self.tpot_errors = deque(maxlen=self.window)
         self.steps = {}
+
+    def invalidate(self) -> None:
+        self.terms_at = -math.inf
 
     def step_s(self, batch: int) -> float:
         """One step of ``batch`` decoding sequences with this backend's speculation."""
@@ -205,6 +229,7 @@ class LatencyModel:
             old = self._online.get(spec.name)
             if old is not None and old.costs.profile == costs.profile:
                 old.costs, old.method, old.k, old.steps = costs, method, k, {}
+                old.invalidate()
                 online[spec.name] = old
             else:
                 online[spec.name] = _Online(costs, settings.window, method, k)
@@ -212,6 +237,9 @@ class LatencyModel:
         self.priors = policy.acceptance.priors
         self._online = online
         self._decay = 1.0 / settings.prefill_window_s
+        # Cached terms older than this are recomputed: the prompt-token rate decays by
+        # under 2% meanwhile.
+        self._fresh_s = settings.prefill_window_s / 64
 
     # -- estimates of the request -------------------------------------------------------------
     def prompt_tokens(self, label: str, prompt_bytes: int) -> int:
@@ -248,82 +276,96 @@ class LatencyModel:
         self, backends: Sequence[BackendState], request: RequestInfo
     ) -> list[tuple[float, float, float]]:
         """Every backend's predicted (TTFT, TPOT, imposed delay) in seconds for one
-        request: the scheduler's batch form (hot path: no records built)."""
+        request: the scheduler's batch form (hot path: cached terms, no records built)."""
         label = request.label
         prompt = self.prompt_tokens(label, request.prompt_bytes)
         now = self.clock()
+        fresh_after = now - self._fresh_s
         usable = self.acceptance.usable.get(label) or {}
         online = self._online
         out: list[tuple[float, float, float]] = []
         append = out.append
         for b in backends:
-            state = online.get(b.name) or self._adopt(b)
-            acceptance = None
-            if b.speculative:
+            t = online.get(b.name) or self._adopt(b)
+            if (
+                t.terms_at < fresh_after
+                or t.inflight != b.inflight
+                or t.pending != b.prefill_pending
+            ):
+                self._refresh(t, b, now)
+            tpot = t.tpot_step
+            if t.k_now:
                 acceptance = usable.get(b.name)
                 if acceptance is None:
                     acceptance = self.draft_acceptance(b, label)
-            ttft, tpot, *_ = self._model(state, b, prompt, acceptance, now)
-            imposed = b.inflight * state.costs.prefill_s_per_token
-            append((ttft * state.ttft_ratio, tpot * state.tpot_ratio, imposed * prompt))
+                if acceptance is not None:
+                    tpot /= 1.0 + acceptance * t.k_now
+            append((t.ttft_base + t.ttft_per_token * prompt, tpot, t.imposed_per_token * prompt))
         return out
 
     def predict(self, backend: BackendState, request: RequestInfo) -> Prediction:
-        """One backend's prediction with what it came from (explanations, dispatch)."""
+        """One backend's prediction with what it came from (explanations, dispatch): from
+        the same terms as ``latencies``."""
         label = request.label
-        state = self._online.get(backend.name) or self._adopt(backend)
+        t = self._online.get(backend.name) or self._adopt(backend)
+        now = self.clock()
+        if (
+            t.terms_at < now - self._fresh_s
+            or t.inflight != backend.inflight
+            or t.pending != backend.prefill_pending
+        ):
+            self._refresh(t, backend, now)
         prompt = self.prompt_tokens(label, request.prompt_bytes)
-        acceptance = self.draft_acceptance(backend, label)
-        ttft, tpot, step, per_step, share = self._model(
-            state, backend, prompt, acceptance, self.clock()
-        )
+        acceptance = self.draft_acceptance(backend, label) if t.k_now else None
+        per_step = 1.0 + acceptance * t.k_now if acceptance is not None else 1.0
         return Prediction(
-            imposed_s=backend.inflight * state.costs.prefill_s_per_token * prompt,
-            ttft_s=ttft * state.ttft_ratio,
-            tpot_s=tpot * state.tpot_ratio,
-            model_ttft_s=ttft,
-            model_tpot_s=tpot,
+            imposed_s=t.imposed_per_token * prompt,
+            ttft_s=t.ttft_base + t.ttft_per_token * prompt,
+            tpot_s=t.tpot_step / per_step,
+            model_ttft_s=t.model_ttft_base + t.model_ttft_per_token * prompt,
+            model_tpot_s=t.model_tpot_step / per_step,
             queued_tokens=max(backend.prefill_pending, 0),
             prompt_tokens=prompt,
             batch=backend.inflight + 1,
-            step_s=step,
+            step_s=t.step_now,
             tokens_per_step=per_step,
             acceptance=acceptance,
-            prefill_share=share,
-            ttft_ratio=state.ttft_ratio,
-            tpot_ratio=state.tpot_ratio,
+            prefill_share=t.prefill_share,
+            ttft_ratio=t.ttft_ratio,
+            tpot_ratio=t.tpot_ratio,
         )
 
-    def _model(
-        self,
-        state: _Online,
-        backend: BackendState,
-        prompt: int,
-        acceptance: float | None,
-        now: float,
-    ) -> tuple[float, float, float, float, float]:
-        """The calibrated model of the module docstring, uncorrected: (TTFT, TPOT, step of
-        the batch joined, tokens per step, prefill share)."""
+    def _refresh(self, state: _Online, backend: BackendState, now: float) -> None:
+        """The calibrated model of the module docstring for the backend's current load,
+        with the request's prompt and acceptance left open, into ``state``'s terms."""
         costs = state.costs
-        k = state.k if acceptance is not None else 0
+        k = state.k if backend.speculative else 0
         batch = backend.inflight
-        queued = backend.prefill_pending
-        work = (queued if queued > 0 else 0) + prompt
+        pending = backend.prefill_pending
+        queued = pending if pending > 0 else 0
         chunk = costs.chunk_tokens
         budget = max(chunk - batch * (k + 1), chunk >> 3)
         per_token = costs.prefill_s_per_token
-        steps = state.steps  # memoised step costs (never 0), looked up inline: hot path
-        ttft = (work / budget + 0.5) * (steps.get(batch) or state.step_s(batch))
-        ttft += per_token * work
+        now_step = state.step_s(batch)
+        # Prefill of (queued + P) tokens in chunks of ``budget``, each riding on a step.
+        ttft_per_token = now_step / budget + per_token
+        ttft_base = (queued / budget + 0.5) * now_step + per_token * queued
         # Decayed prompt tokens over the time constant: the recent prompt-token rate.
         share = 0.0
         if state.prefill_sum:
             decay = self._decay
             rate = state.prefill_sum * math.exp((state.prefill_at - now) * decay) * decay
             share = min(per_token * rate, _MAX_PREFILL_SHARE)
-        per_step = 1.0 + acceptance * k if acceptance is not None else 1.0
-        step = steps.get(batch + 1) or state.step_s(batch + 1)
-        return ttft, step / (1.0 - share) / per_step, step, per_step, share
+        step = state.step_s(batch + 1)
+        tpot_step = step / (1.0 - share)
+        ttft_ratio = state.ttft_ratio
+        state.terms_at, state.inflight, state.pending, state.k_now = now, batch, pending, k
+        state.ttft_base = ttft_base * ttft_ratio
+        state.ttft_per_token = ttft_per_token * ttft_ratio
+        state.tpot_step = tpot_step * state.tpot_ratio
+        state.imposed_per_token = batch * per_token
+        state.model_ttft_base, state.model_ttft_per_token = ttft_base, ttft_per_token
+        state.model_tpot_step, state.step_now, state.prefill_share = tpot_step, step, share
 
     def _adopt(self, backend: BackendState) -> _Online:
         """A backend of a policy being applied, not known here yet: the default profile."""
@@ -344,6 +386,7 @@ class LatencyModel:
             (online.prefill_at - now) * self._decay
         )
         online.prefill_at = now
+        online.invalidate()
         return LatencyForecast(
             ttft_s=p.ttft_s,
             tpot_s=p.tpot_s,
@@ -378,6 +421,7 @@ class LatencyModel:
                 online.tpot_ratio, tpot / forecast.model_tpot_s, alpha
             )
             online.tpot_errors.append(abs(tpot - forecast.tpot_s))
+        online.invalidate()
 
     def _learn_request(self, outcome: Outcome, forecast: LatencyForecast, alpha: float) -> None:
         label = outcome.label

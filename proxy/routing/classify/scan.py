@@ -11,6 +11,8 @@ from proxy.routing.classify.extract import SYSTEM_ROLES, RequestText, Segment
 _SYSTEM_HEAD = 1800
 # Average line length from which per-line trace and diff tests beat whole-text ones.
 _LONG_ROWS = 200
+# An instruction introducing material ("Summarize this article:") opens a turn.
+_INTRO_HEAD = 400
 
 
 @dataclass(slots=True)
@@ -352,17 +354,39 @@ def _scan_text(text: str, found: Scan, shape: TextShape | None = None) -> None:
         found.exception = p.EXCEPTION_NAME.search(text) is not None
 
 
+def _introduces_material(text: str) -> bool:
+    """Does the turn open with an instruction ending in a colon, material after it
+    ("Here is the report:\n\n...")?"""
+    first = text.find("\n\n", 0, _INTRO_HEAD)
+    return first > 0 and text[:first].rstrip().endswith(":")
+
+
+def _supplied_earlier(segment: Segment, following: Segment | None, framed: bool) -> bool:
+    """Is an earlier user turn material to answer from, rather than a turn of the
+    conversation? Length says nothing here (people write long turns when they chat): the
+    content must show it: document framing in it (markers, tags, a table), an
+    introduction ending in a colon, or no reply to it (pasted before or after the ask)."""
+    if framed:
+        return True
+    if following is None or following.role in ("user", "prompt"):
+        return True
+    return _introduces_material(segment.text)
+
+
 def scan(request: RequestText, min_context: int) -> Scan:
     """Read every segment once; ``min_context`` is the length from which an earlier user
-    turn counts as supplied material rather than conversation."""
+    turn whose content shows it is supplied material counts as context."""
     found = Scan(prompt_chars=request.chars)
     system_parts: list[str] = []
-    for segment in request.segments:
+    segments = request.segments
+    for index, segment in enumerate(segments):
         role, text = segment.role, segment.text
         if role == "assistant":
             _scan_lines(text, found.history)
             continue
         shape = found.last if segment is request.last_user else None
+        # What this segment adds to the framing counts, to judge an earlier user turn.
+        framing = found.context.doc_markers + found.doc_tags + found.context.table_rows
         if not _is_data(segment):
             _scan_lines(text, found.context, shape)
         _scan_text(text, found, shape)
@@ -373,6 +397,9 @@ def scan(request: RequestText, min_context: int) -> Scan:
             found.tool_chars += segment.chars
             found.tool_msgs += 1
         elif segment is not request.last_user and segment.chars >= min_context:
-            found.user_context += segment.chars
+            framed = found.context.doc_markers + found.doc_tags + found.context.table_rows
+            following = segments[index + 1] if index + 1 < len(segments) else None
+            if _supplied_earlier(segment, following, framed > framing):
+                found.user_context += segment.chars
     found.system_text = "\n".join(system_parts)
     return found

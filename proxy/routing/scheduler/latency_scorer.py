@@ -22,7 +22,12 @@ the requests already on the backend (summed) over a typical request's TPOT budge
 (``tpot_goal`` times typical output tokens): long prompts go where few decodes would
 feel them. Break-even and acceptance are inputs of the model too: speculation
 wins exactly where the measured acceptance makes its step cheaper per token at the batch
-it would join.
+it would join. Optionally (``saturated_below`` > 0) the score moves towards the fewest
+prompt tokens queued for prefill once even the best chance falls under that value.
+
+The model keeps each backend's request-independent terms current between requests
+(proxy/routing/latency.py), so a decision costs a few multiplications per backend
+(loadtests/README.md, routing decision time).
 """
 
 from __future__ import annotations
@@ -38,7 +43,11 @@ class LatencyScorer:
     name = "latency"
 
     def __init__(
-        self, spread: float = 4.0, latency_weight: float = 0.25, neighbour_weight: float = 1.0
+        self,
+        spread: float = 4.0,
+        latency_weight: float = 0.25,
+        neighbour_weight: float = 1.0,
+        saturated_below: float = 0.0,
     ) -> None:
         if spread <= 0:
             raise ValueError("latency: spread must be > 0")
@@ -46,9 +55,12 @@ class LatencyScorer:
             raise ValueError("latency: latency_weight must lie in [0, 1]")
         if neighbour_weight < 0:
             raise ValueError("latency: neighbour_weight must be >= 0")
+        if not 0.0 <= saturated_below <= 1.0:
+            raise ValueError("latency: saturated_below must lie in [0, 1]")
         self.spread = spread
         self.latency_weight = latency_weight
         self.neighbour_weight = neighbour_weight
+        self.saturated_below = saturated_below
 
     def score_all(
         self, ctx: SchedulingContext, backends: Sequence[BackendState]
@@ -56,28 +68,72 @@ class LatencyScorer:
         request = ctx.request
         objective = ctx.policy.slo.objective(request.model, request.label)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
-        # ``rate`` inlined over the batch (hot path: one call per request, not per backend).
         ttft_goal, tpot_goal = objective.ttft_ms / 1000.0, objective.tpot_ms / 1000.0
         spread = self.spread
         later = tokens - 1.0 if tokens > 1.0 else 0.0
         budget = ttft_goal + tpot_goal * later
         harm = self.neighbour_weight / (tpot_goal * ctx.latency.typical_output_tokens())
-        rated: list[tuple[float, float, float]] = []
-        for ttft, tpot, imposed in ctx.latency.latencies(backends, request):
-            meet = 1.0 / (1.0 + (ttft / ttft_goal) ** spread)
-            if later:
-                meet /= 1.0 + (tpot / tpot_goal) ** spread
-            rated.append((meet, budget / (budget + ttft + tpot * later), harm * imposed))
-        return self.combine(rated)
+        predicted = ctx.latency.latencies(backends, request)
+        # ``rate`` and ``combine`` fused into comprehensions (hot path: 64 backends).
+        t_scale, p_scale = 1.0 / ttft_goal, 1.0 / tpot_goal
+        if later:
+            meets = [
+                1.0 / ((1.0 + (ttft * t_scale) ** spread) * (1.0 + (tpot * p_scale) ** spread))
+                for ttft, tpot, _ in predicted
+            ]
+        else:
+            meets = [1.0 / (1.0 + (ttft * t_scale) ** spread) for ttft, _, _ in predicted]
+        best = max(meets, default=0.0)
+        w = self.latency_weight
+        scale = (1.0 - w) / best if best > 0.0 else 0.0
+        scores = [
+            (scale * meet + w * budget / (budget + ttft + tpot * later)) / (1.0 + harm * imposed)
+            for meet, (ttft, tpot, imposed) in zip(meets, predicted, strict=True)
+        ]
+        if best < self.saturated_below:
+            return self._saturated(ctx, backends, scores, best)
+        return scores
 
-    def combine(self, rated: list[tuple[float, float, float]]) -> list[float]:
+    def _saturated(
+        self,
+        ctx: SchedulingContext,
+        backends: Sequence[BackendState],
+        scores: list[float],
+        best: float,
+    ) -> list[float]:
+        """Blend in the fewest queued prompt tokens as every chance falls under
+        ``saturated_below``: with no backend likely to meet the objective, the chances and
+        the corrected predictions they come from are small differences in the model's
+        tail, and a correction learned in a backlog feeds back into where the backlog
+        grows; prompt tokens waiting for prefill (least-prompt-tokens, the one policy that
+        held its goodput at saturation) drain it evenly."""
+        own = ctx.latency.prompt_tokens(ctx.request.label, ctx.request.prompt_bytes)
+        works = [(b.prefill_pending if b.prefill_pending > 0 else 0) + own for b in backends]
+        return self.blend(scores, works, best)
+
+    def blend(self, scores: list[float], works: Sequence[int], best: float) -> list[float]:
+        """The scores moved towards the fewest queued prompt tokens (``works``: each
+        backend's queued plus the request's own), the more the smaller ``best`` is below
+        ``saturated_below``."""
+        share = 1.0 - best / self.saturated_below
+        least, keep = min(works), 1.0 - share
+        return [keep * x + share * least / k for x, k in zip(scores, works, strict=True)]
+
+    def combine(
+        self, rated: list[tuple[float, float, float]], works: Sequence[int] = ()
+    ) -> list[float]:
         """Scores from (P(meet), speed, harm): the chance relative to the best backend's
         (under overload every chance is small, and the best is still worth taking) plus
-        the speed share, divided by 1 + the harm done to the neighbours."""
+        the speed share, divided by 1 + the harm done to the neighbours; below
+        ``saturated_below`` blended with the fewest queued prompt tokens (``works``: each
+        backend's queued plus the request's own). ``score_all`` computes the same, fused."""
         best = max((meet for meet, _, _ in rated), default=0.0)
         w = self.latency_weight
         scale = (1.0 - w) / best if best > 0.0 else 0.0
-        return [(scale * meet + w * speed) / (1.0 + harm) for meet, speed, harm in rated]
+        scores = [(scale * meet + w * speed) / (1.0 + harm) for meet, speed, harm in rated]
+        if best < self.saturated_below and works:
+            return self.blend(scores, works, best)
+        return scores
 
     def rate(
         self, ttft: float, tpot: float, objective: Objective, tokens: float

@@ -316,6 +316,56 @@ def test_long_conversation_is_chat() -> None:
     assert int(result.features["prompt_chars"]) > 2000
 
 
+LONG_TURN = (
+    "The trail starts behind the old mill and climbs through beech woods for about an hour. "
+    "After the second bridge the path splits; the left fork is steeper but shorter, and it "
+    "comes out above the lake where the view is best in the late afternoon. The right fork "
+    "follows the stream and is easier with children, though it can be muddy after rain."
+)
+
+
+def test_long_turns_of_a_conversation_stay_chat() -> None:
+    """Long user turns answered by the assistant are conversation, not supplied context:
+    length alone never makes rag."""
+    turns: list[tuple[str, Any]] = [("system", "You are a friendly and concise assistant.")]
+    for _ in range(4):
+        turns += [("user", LONG_TURN), ("assistant", PASSAGE)]
+    turns.append(("user", "And the parking?"))
+    result = classify(chat(*turns))
+    assert result.label == "chat", result.reason
+    assert int(result.features["context_chars"]) < 300
+    assert int(result.features["prompt_chars"]) > 3000
+
+
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        f"Here is our leave policy:\n\n{PASSAGE}",
+        f"[1] Leave policy\n{PASSAGE}\n[2] Travel policy\n{LONG_TURN}",
+        f"<document>{PASSAGE}</document>",
+    ],
+    ids=["introduced", "numbered-passages", "document-tags"],
+)
+def test_earlier_turn_framed_as_material_is_context(earlier: str) -> None:
+    """A document the user supplied earlier in the conversation is context for the
+    follow-up question when its content shows it is material (an introduction ending in a
+    colon, numbered passages, document tags), however long the turns around it are."""
+    body = chat(
+        ("user", earlier),
+        ("assistant", "Got it. What would you like to know?"),
+        ("user", "How many days can I carry over?"),
+    )
+    result = classify(body)
+    assert result.label == "rag", result.reason
+    assert int(result.features["context_chars"]) >= 300
+
+
+def test_unanswered_earlier_turn_is_pasted_material() -> None:
+    """A long turn with no reply before the next user turn was pasted beside the ask."""
+    result = classify(chat(("user", PASSAGE), ("user", "How many days can I carry over?")))
+    assert result.label == "rag", result.reason
+
+
 # --------------------------------------------------------------------- shapes holdout2 exposed
 
 

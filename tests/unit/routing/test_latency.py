@@ -95,6 +95,42 @@ def test_prompts_sent_to_an_engine_slow_its_decodes() -> None:
     assert model.predict(plain, request()).prefill_share < 0.01
 
 
+def test_kept_terms_follow_load_outcomes_and_time() -> None:
+    """The per-backend terms are kept between requests, and every change that moves a
+    prediction is seen by the batch form: the backend's load, a learned correction, the
+    prompt-token rate decaying."""
+    model, fleet, clock = setup()
+    plain = fleet.backends["plain-0"]
+    backends = [plain]
+
+    def batch() -> tuple[float, float, float]:
+        return model.latencies(backends, request(tokens=800))[0]
+
+    def single() -> tuple[float, float, float]:
+        p = model.predict(plain, request(tokens=800))
+        return p.ttft_s, p.tpot_s, p.imposed_s
+
+    idle = batch()
+    assert batch() == pytest.approx(single(), rel=1e-12)
+    plain.local_inflight, plain.prefill_pending = 20, 5000
+    loaded = batch()
+    assert loaded[0] > idle[0] and loaded[1] > idle[1] and loaded[2] > idle[2] == 0
+    assert loaded == pytest.approx(single(), rel=1e-12)
+    forecast = model.dispatch(plain, request(tokens=800))
+    assert batch()[1] > loaded[1]  # its prompt now counts in the prefill share
+    outcome = Outcome("plain-0", "plain", False, "chat", 0, clock.now, ok=True, forecast=forecast)
+    outcome.first_byte = clock.now + 3 * forecast.model_ttft_s
+    outcome.finished = outcome.first_byte + 0.5
+    outcome.completion_tokens, outcome.events = 20, 21
+    before = batch()
+    model.observe(outcome)
+    assert batch()[0] > before[0]  # the learned TTFT correction applies at once
+    shared = batch()[1]
+    clock.now += 10.0  # the prompt-token rate has decayed
+    assert batch()[1] < shared
+    assert batch() == pytest.approx(single(), rel=1e-12)
+
+
 def test_online_correction_converges_to_what_the_backend_delivers() -> None:
     model, fleet, clock = setup()
     plain = fleet.backends["plain-0"]

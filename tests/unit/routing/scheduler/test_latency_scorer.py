@@ -126,3 +126,33 @@ def test_the_batch_form_equals_rating_backend_by_backend() -> None:
     scores = scorer.score_all(ctx, backends)
     best = max(range(len(rated)), key=lambda i: rated[i][0])
     assert scores[best] == pytest.approx((0.75 + 0.25 * rated[best][1]) / (1 + rated[best][2]))
+
+
+def test_saturated_requests_go_to_the_fewest_queued_prompt_tokens() -> None:
+    """Past ``saturated_below`` (every chance small), the blend moves to the backend with
+    the fewest prompt tokens waiting, even where a learned correction says otherwise."""
+    params = {"saturated_below": 0.5}
+    routing = {**LATENCY_ONLY, "scorers": [{"type": "latency", "params": params}]}
+    s = healthy_scheduler(two_plain(routing=routing))
+    light, heavy = s.fleet.backends["plain-0"], s.fleet.backends["plain-1"]
+    light.local_inflight, heavy.local_inflight = 200, 200
+    light.prefill_pending, heavy.prefill_pending = 120_000, 150_000
+    # plain-0 was measured slow in a backlog: its corrected TTFT is the worse one.
+    s.latency._online["plain-0"].ttft_ratio = 1.5
+    assert chosen(s, "code", tokens=1500, max_tokens=13) == "plain-0"
+    plain = healthy_scheduler(two_plain(routing=LATENCY_ONLY))
+    for name, state in s.fleet.backends.items():
+        other = plain.fleet.backends[name]
+        other.local_inflight, other.prefill_pending = state.local_inflight, state.prefill_pending
+    plain.latency._online["plain-0"].ttft_ratio = 1.5
+    assert chosen(plain, "code", tokens=1500, max_tokens=13) == "plain-1"
+
+
+def test_scorer_params_are_validated() -> None:
+    for bad, what in (
+        ({"spread": 0}, "spread"),
+        ({"latency_weight": 2}, "latency_weight"),
+        ({"saturated_below": 1.5}, "saturated_below"),
+    ):
+        with pytest.raises(ValueError, match=what):
+            LatencyScorer(**bad)
