@@ -1,4 +1,5 @@
-"""Limits on what a client can hold of the server: header size, header time, connections.
+"""Limits on what a client can hold of the server: header size, header and body time,
+connections.
 
 uvicorn (0.55) bounds keep-alive idleness (``timeout_keep_alive``) and concurrency
 (``limit_concurrency``: a 503 past it), but neither of its HTTP implementations times out a
@@ -9,6 +10,13 @@ for the h11 implementation only). :class:`LimitedHttpToolsProtocol` adds both to
 httptools implementation ``specroute serve`` runs: a header must be complete within
 ``http_header_timeout_s`` of its first byte (of the connection, for the first request) or
 the connection is closed, and one larger than ``http_max_header_bytes`` gets 431.
+
+A body sent slowly is not timed by uvicorn either (the application's ``receive`` waits as
+long as the client keeps the connection). The protocol times it too: a request body must be
+complete within ``http_body_timeout_s`` of the end of its header, or the client gets an
+OpenAI-shaped 408 and a closed connection (after a response has started, only the close).
+Done here rather than in the application so every endpoint (routed, passed through, admin)
+is bounded alike; the handler then sees the client as gone.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from proxy.errors import GatewayError
 from proxy.settings import Settings
 
 
@@ -27,6 +36,20 @@ from proxy.settings import Settings
 class HeaderLimits:
     timeout_s: float
     max_bytes: int
+    # Seconds from the end of a request's header to the end of its body.
+    body_timeout_s: float = 30.0
+
+
+def body_timeout_response(timeout_s: float) -> bytes:
+    """The whole 408 answered to a body not complete in time (the connection then closes)."""
+    body = GatewayError(
+        408,
+        f"the request body was not complete within {timeout_s:g}s of its header",
+        code="request_timeout",
+    ).body()
+    head = STATUS_LINE[408] + b"content-type: application/json\r\n"
+    size = b"content-length: " + str(len(body)).encode("ascii") + b"\r\n"
+    return head + size + b"connection: close\r\n\r\n" + body
 
 
 class HeaderTooLarge(Exception):
@@ -40,6 +63,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._too_large = False
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -47,6 +71,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_body()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -65,6 +90,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        # Disarmed by on_message_complete, which for a request without a body follows in
+        # the same parser call.
+        self._disarm_body()
+        self._body_timer = self.loop.call_later(self._limits.body_timeout_s, self._body_timeout)
+
+    def on_message_complete(self) -> None:
+        self._disarm_body()
+        super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
         if not self._too_large:
@@ -99,10 +132,31 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.logger.debug("closing a connection whose request header did not complete")
             self.transport.close()
 
+    def _disarm_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        self.logger.debug("closing a connection whose request body did not complete")
+        if cycle is not None and not cycle.response_started:
+            self.transport.write(body_timeout_response(self._limits.body_timeout_s))
+            # What the application sends from now on is dropped (it reads a disconnect).
+            cycle.disconnected = True
+        self.transport.close()
+
 
 def uvicorn_limits(settings: Settings) -> dict[str, Any]:
     """The keyword arguments of ``uvicorn.run`` that bound what clients can hold."""
-    limits = HeaderLimits(settings.http_header_timeout_s, settings.http_max_header_bytes)
+    limits = HeaderLimits(
+        settings.http_header_timeout_s,
+        settings.http_max_header_bytes,
+        settings.http_body_timeout_s,
+    )
     return {
         # A partial of a module-level class, so that it pickles for ``--workers N``.
         "http": functools.partial(LimitedHttpToolsProtocol, limits=limits),
