@@ -99,6 +99,8 @@ class ReplicaTransport(httpx2.AsyncBaseTransport):
         limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
         self._inner = httpx2.AsyncHTTPTransport(limits=limits)
         self.taps: dict[str, Tap] = {}
+        # Per request: what each HTTP attempt got (status, or the exception's name).
+        self.attempts: dict[str, list[str]] = {}
         self.failovers = 0
 
     def _pick(self) -> int:
@@ -108,20 +110,29 @@ class ReplicaTransport(httpx2.AsyncBaseTransport):
             self._next += 1
             if self._down_until[index] <= now:
                 return index
-        return self._next % len(self.urls)  # all marked down: try anyway
+        # All marked down: the one whose mark ends first.
+        return min(range(len(self.urls)), key=self._down_until.__getitem__)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         index = self._pick()
         target = self.urls[index]
         request.url = request.url.copy_with(host=target.host, port=target.port)
         request.headers["host"] = f"{target.host}:{target.port}"
+        chaos_id = request.headers.get(CHAOS_ID)
+        seen = self.attempts.setdefault(chaos_id, []) if chaos_id is not None else []
         try:
             response = await self._inner.handle_async_request(request)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout):
+        except httpx2.ConnectError as exc:
+            # Refused: nothing listens there. (A connect timeout is a busy replica, not a
+            # dead one: the SDK's retry may go anywhere.)
             self._down_until[index] = time.monotonic() + self.down_s
             self.failovers += 1
+            seen.append(type(exc).__name__)
             raise
-        chaos_id = request.headers.get(CHAOS_ID)
+        except BaseException as exc:
+            seen.append(type(exc).__name__)
+            raise
+        seen.append(f"{response.status_code}@gateway-{index}")
         if chaos_id is not None:
             tap = self.taps[chaos_id] = Tap()
             assert isinstance(response.stream, httpx2.AsyncByteStream)
@@ -145,9 +156,12 @@ class Result:
 
 @dataclass(slots=True)
 class ClientConfig:
-    read_timeout_s: float = 30.0  # past the gateway's own first-byte and idle timeouts
-    hard_deadline_s: float = 120.0
-    max_retries: int = 3
+    # Past the gateway's worst wait before its first byte (3 attempts x 10 s first-byte
+    # timeout) and its idle timeout: a read timeout means the gateway went silent.
+    read_timeout_s: float = 45.0
+    # Past the worst legitimate request: 3 SDK tries of 3 gateway attempts each, backoff.
+    hard_deadline_s: float = 180.0
+    max_retries: int = 2  # the SDK's default
     max_tokens_cap: int = 96
     stream_share: float = 0.85
     # Broken by the replica under it (a connection error mid-stream): sent again once.
@@ -167,7 +181,7 @@ class ChaosClient:
     def __post_init__(self) -> None:
         http = httpx2.AsyncClient(
             transport=self.transport,
-            timeout=httpx2.Timeout(self.config.read_timeout_s, connect=2.0),
+            timeout=httpx2.Timeout(self.config.read_timeout_s, connect=5.0),
         )
         self.sdk = AsyncOpenAI(
             base_url=str(self.transport.urls[0]) + "/v1",
@@ -194,10 +208,15 @@ class ChaosClient:
                 broken = result.ending is Ending.FAILED and result.detail.startswith("connection")
                 if broken and self.config.resend_broken:
                     result.client_retries = 1
+                    first = result.detail
                     await self._attempt(index, 1, result, leave_after)
+                    result.detail = f"{result.detail or 'ok'} when sent again after {first}"
         except TimeoutError:
             result.ending, result.detail = Ending.HUNG, "no end by the hard deadline"
-            result.request_ids.append(f"chaos-{index}-*")
+            tries = [self.transport.attempts.get(f"{index}-{n}") for n in (0, 1)]
+            result.request_ids.append(f"chaos-{index}-* (HTTP attempts: {tries})")
+        for n in (0, 1):
+            self.transport.attempts.pop(f"{index}-{n}", None)
         result.duration = time.monotonic() - begun
         return result
 
@@ -205,6 +224,7 @@ class ChaosClient:
         self, index: int, attempt: int, result: Result, leave_after: int | None
     ) -> None:
         prompt = self.prompts.make(index)
+        result.ending, result.detail = Ending.COMPLETED, ""
         chaos_id = f"{index}-{attempt}"
         max_tokens = min(prompt.max_tokens, self.config.max_tokens_cap)
         # Mostly greedy (resumable exactly); some sampled.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,9 @@ class Rig:
     t0: float = 0.0
 
     def note(self, text: str) -> None:
-        self.events.append(f"{time.monotonic() - self.t0:7.2f}s {text}")
+        line = f"{time.monotonic() - self.t0:7.2f}s {text}"
+        self.events.append(line)
+        print(line, file=sys.stderr, flush=True)  # progress: a long run shows where it is
 
 
 Fault = Callable[[Rig, float], Awaitable[None]]

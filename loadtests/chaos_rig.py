@@ -29,9 +29,11 @@ from loadtests.processes import HOST, Service, ServiceError, free_port, spawn, w
 from loadtests.simfleet import MODEL, SimSpec, policy_backends, scaled_profile
 
 # The gateway settings a chaos run uses: short first-byte and idle timeouts (a stalled
-# backend is given up on in seconds, not the default minute) and a quick health scrape.
+# backend is given up on in seconds, not the default minute; the first byte's is longer
+# than a loaded engine's time to first token on a busy 2-core host, else healthy backends
+# time out too) and a quick health scrape.
 GATEWAY_ENV = {
-    "SPECROUTE_FIRST_BYTE_TIMEOUT_S": "5",
+    "SPECROUTE_FIRST_BYTE_TIMEOUT_S": "10",
     "SPECROUTE_IDLE_TIMEOUT_S": "4",
     "SPECROUTE_SCRAPE_INTERVAL_S": "0.5",
     "SPECROUTE_POLICY_POLL_S": "0.5",
