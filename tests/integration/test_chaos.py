@@ -22,6 +22,7 @@ def test_a_tapped_stream_is_judged_by_its_bytes() -> None:
     assert not Tap(b'data: {"content": "\\"resumed\\""}\n\ndata: [DONE]\n\n').resumed
 
 
+@pytest.mark.redis
 @pytest.mark.timeout(180)
 async def test_no_stream_hangs_or_is_truncated_under_every_fault() -> None:
     shape = Shape(
