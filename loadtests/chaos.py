@@ -34,7 +34,7 @@ from loadtests.chaos_client import ChaosClient, ClientConfig, Ending, ReplicaTra
 from loadtests.chaos_faults import FAULTS, Rig
 from loadtests.chaos_rig import Backends, Gateways, RedisProcess, workdir
 from loadtests.processes import free_port
-from loadtests.report import machine, publish, table
+from loadtests.report import machine, publish_in, report_dir, table
 
 T = TypeVar("T")
 
@@ -162,6 +162,7 @@ def by_window(results: Sequence[Result], windows: Sequence[Window]) -> dict[str,
 async def running_rig(time_scale: float, folder: Path | None = None) -> AsyncIterator[Rig]:
     """Redis, the simulated fleet and two gateway replicas, started and, after, stopped."""
     work = folder or workdir()
+    work.mkdir(parents=True, exist_ok=True)
     redis_proc = RedisProcess(free_port())
     redis_proc.start()
     backends = Backends(work, time_scale)
@@ -336,8 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults,
         shape.time_scale,
     )
-    results = asyncio.run(run(shape))
-    publish("chaos", args.out, results, lambda folder: render(results))
+    folder = report_dir("chaos", args.out)
+    # The run's files (policy, profile, every process's log) beside its report.
+    results = asyncio.run(run(shape, folder / "work"))
+    publish_in(folder, results, lambda folder: render(results))
     return 0 if results["ok"] else 1
 
 

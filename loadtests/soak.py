@@ -27,7 +27,7 @@ from typing import Any
 
 from loadtests.chaos import render_outcomes, running_rig, under_load
 from loadtests.chaos_faults import FAULTS, Rig
-from loadtests.report import publish, table
+from loadtests.report import publish_in, report_dir, table
 
 SOAK_FAULTS = (
     "backend-sigkill",
@@ -131,9 +131,14 @@ def _round(value: float | None) -> float | None:
 
 
 async def run(
-    minutes: float, concurrency: int, every_s: float, fault_s: float, period_s: float
+    minutes: float,
+    concurrency: int,
+    every_s: float,
+    fault_s: float,
+    period_s: float,
+    folder: Path | None = None,
 ) -> dict[str, Any]:
-    async with running_rig(time_scale=4.0) as rig:
+    async with running_rig(4.0, folder) as rig:
         series = [Series(s.name, s.pid) for s in rig.gateways.services]
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample(rig, series, every_s, stop))
@@ -202,12 +207,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fault-period", type=float, default=60.0, help="seconds")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    folder = report_dir("soak", args.out)
+    # The run's files (policy, profile, every process's log) beside its report.
+    work = folder / "work"
     results = asyncio.run(
         run(
-            args.minutes, args.concurrency, args.sample_every, args.fault_seconds, args.fault_period
+            args.minutes,
+            args.concurrency,
+            args.sample_every,
+            args.fault_seconds,
+            args.fault_period,
+            work,
         )
     )
-    publish("soak", args.out, results, lambda folder: render(results))
+    publish_in(folder, results, lambda folder: render(results))
     return 0 if results["ok"] else 1
 
 

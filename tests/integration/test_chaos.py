@@ -4,6 +4,8 @@ end silently truncated, and every in-flight count must return to 0."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from loadtests.chaos import FAULTS, Shape, render, run
@@ -24,14 +26,14 @@ def test_a_tapped_stream_is_judged_by_its_bytes() -> None:
 
 @pytest.mark.redis
 @pytest.mark.timeout(180)
-async def test_no_stream_hangs_or_is_truncated_under_every_fault() -> None:
+async def test_no_stream_hangs_or_is_truncated_under_every_fault(tmp_path: Path) -> None:
     shape = Shape(
         concurrency=24,
         window_s=2.0,
         gap_s=0.5,
         faults=[f for f in FAULTS if f != "everything"],
     )
-    results = await run(shape)
+    results = await run(shape, tmp_path / "work")  # the replicas' logs stay there
     report = render(results)
     total = results["total"]
     assert total["hung"] == 0, report
