@@ -28,6 +28,11 @@ BENCHMARKS = {
     "decision-time": ("loadtests.decision_time", "classify + schedule time per request"),
     "sim-tpot-curves": ("loadtests.sim_tpot_curves", "simulator TPOT over concurrency"),
     "store-latency": ("loadtests.store_latency", "shared-store operation latency"),
+    "chaos": (
+        "loadtests.chaos",
+        "SDK streams through 2 replicas under injected faults: none hung or truncated",
+    ),
+    "soak": ("loadtests.soak", "mixed load with faults for N minutes: RSS and fds over time"),
 }
 
 

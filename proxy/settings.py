@@ -58,10 +58,12 @@ class Settings(BaseModel):
 
     # What a client can hold of the server (proxy/gateway/server_limits.py): a request
     # header must be complete within http_header_timeout_s and at most http_max_header_bytes
-    # (else 431); idle kept-alive connections close after http_keep_alive_s; past
+    # (else 431) and its body complete within http_body_timeout_s of the header (else 408
+    # and a closed connection); idle kept-alive connections close after http_keep_alive_s; past
     # http_limit_concurrency open connections plus requests, uvicorn answers 503.
     http_header_timeout_s: float = Field(default=10.0, gt=0)
     http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    http_body_timeout_s: float = Field(default=30.0, gt=0)
     http_keep_alive_s: int = Field(default=30, ge=1)
     http_limit_concurrency: int | None = Field(default=4096, ge=1)
 

@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     faults.add_argument("--stall-ms", type=float, default=0.0)
     faults.add_argument("--stall-after-tokens", type=int)
     faults.add_argument("--disconnect-after-tokens", type=int)
+    faults.add_argument(
+        "--hang", action="store_true", help="accept generation requests, never answer"
+    )
+    faults.add_argument("--drip-ms", type=float, default=0.0, help="wait before each chunk")
     return parser
 
 
@@ -78,6 +82,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         stall_ms=args.stall_ms,
         stall_after_tokens=args.stall_after_tokens,
         disconnect_after_tokens=args.disconnect_after_tokens,
+        hang=args.hang,
+        drip_ms=args.drip_ms,
     )
     config = SimConfig(
         model=args.model,

@@ -18,7 +18,10 @@ class Faults(BaseModel):
     per request, so one prompt sent twice may flip once: what batch-dependent numerics
     do). A stall pauses a stream once, after ``stall_after_tokens`` tokens
     (after the first token when unset). ``disconnect_after_tokens`` drops the connection of
-    streaming responses once that many tokens were sent.
+    streaming responses once that many tokens were sent. ``hang`` accepts requests to the
+    generation endpoints and never answers them (no status line, nothing) until the client
+    leaves; ``drip_ms`` waits that long before each chunk of a stream (a slow link or an
+    overloaded server: tokens pile up and arrive late, the stream stays alive).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -35,6 +38,8 @@ class Faults(BaseModel):
     stall_ms: float = Field(default=0.0, ge=0.0)
     stall_after_tokens: int | None = Field(default=None, ge=0)
     disconnect_after_tokens: int | None = Field(default=None, ge=0)
+    hang: bool = False
+    drip_ms: float = Field(default=0.0, ge=0.0)
 
 
 class SimConfig(BaseModel):

@@ -46,6 +46,9 @@ class GenerationHandler:
             asked, "completion" if kind == "completion" else "chat", engine.config, engine.vocab
         )
         faults = engine.faults
+        if faults.hang:
+            await _until_disconnect(receive)
+            return
         if faults.error_rate > 0 and engine.rng.random() < faults.error_rate:
             raise SimHTTPError(
                 faults.error_status,
@@ -71,7 +74,7 @@ class GenerationHandler:
         watcher = asyncio.create_task(self._abort_on_disconnect(receive, seq))
         try:
             if parsed.stream:
-                await self._stream(send, seq, renderer, parsed)
+                await self._stream(send, seq, renderer, parsed, faults.drip_ms / 1000.0)
             else:
                 await self._respond(send, seq, renderer)
         finally:
@@ -104,7 +107,12 @@ class GenerationHandler:
                 return
 
     async def _stream(
-        self, send: Send, seq: Sequence, renderer: ChunkRenderer, parsed: ParsedRequest
+        self,
+        send: Send,
+        seq: Sequence,
+        renderer: ChunkRenderer,
+        parsed: ParsedRequest,
+        drip_s: float = 0.0,
     ) -> None:
         await start_stream(send)
         cut = seq.disconnect_after
@@ -122,6 +130,9 @@ class GenerationHandler:
                 await send_chunk(send, lead + body)
                 self.engine.abort(seq)
                 return
+            if drip_s:
+                # Fault: this chunk waits; tokens made meanwhile come in the next one.
+                await asyncio.sleep(drip_s)
             finish = seq.finish_reason if seq.drained else None
             await send_chunk(send, lead + renderer.chunk(seq, start, end, finish))
             lead = b""
@@ -146,3 +157,8 @@ class GenerationHandler:
             await send_chunk(send, body[: len(body) // 2])
             return
         await send_chunk(send, body, more=False)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

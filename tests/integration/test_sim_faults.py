@@ -115,6 +115,33 @@ async def test_stall_mid_stream(client: httpx.AsyncClient) -> None:
     assert sum(1 for g in gaps if g >= 0.3) == 1
 
 
+async def test_hang_sends_nothing_until_the_client_leaves(
+    client: httpx.AsyncClient, sim: SimServer
+) -> None:
+    await client.post("/admin/faults", json={"hang": True})
+    body = {"messages": MESSAGES, "max_tokens": 3, "stream": True}
+    with pytest.raises(httpx.ReadTimeout):  # not even a status line
+        await client.post("/v1/chat/completions", json=body, timeout=0.5)
+    assert sim.app.engine.num_running == sim.app.engine.num_waiting == 0
+    # Other endpoints still answer, and clearing the fault serves again.
+    assert (await client.get("/health")).status_code == 200
+    await client.delete("/admin/faults")
+    assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+
+
+async def test_drip_spaces_the_chunks_and_the_stream_completes(client: httpx.AsyncClient) -> None:
+    await client.post("/admin/faults", json={"drip_ms": 150})
+    body = {"messages": MESSAGES, "max_tokens": 6, "stream": True}
+    times = await stream_times(client, body)
+    # Each send waits 150 ms; the tokens made meanwhile pile up into the next chunk, so
+    # a short output arrives in two or three sends.
+    sends = [b for a, b in itertools.pairwise([0.0, *times]) if b - a > 0.1]
+    assert len(sends) >= 2 and times[0] >= 0.15
+    await client.delete("/admin/faults")
+    times = await stream_times(client, body)
+    assert times[-1] < 0.15
+
+
 async def greedy_with_logprobs(url: str, max_tokens: int) -> list[dict[str, Any]]:
     body = {
         "messages": MESSAGES,
