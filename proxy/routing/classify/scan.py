@@ -30,6 +30,17 @@ class Lines:
     def share(self) -> float:
         return self.code_chars / self.text_chars if self.text_chars else 0.0
 
+    def add(self, other: Lines) -> None:
+        self.text_chars += other.text_chars
+        self.code_chars += other.code_chars
+        self.code_lines += other.code_lines
+        self.fences += other.fences
+        self.doc_markers += other.doc_markers
+        self.trace_lines += other.trace_lines
+        self.diff_lines += other.diff_lines
+        self.shell_lines += other.shell_lines
+        self.table_rows += other.table_rows
+
 
 @dataclass(slots=True)
 class TextShape:
@@ -325,6 +336,51 @@ def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None
         _settle_dialogue(speakers, last_raw, last_code, lines, shape)
 
 
+def lines_alone(text: str) -> Lines:
+    """The line statistics of ``text`` read on its own (not as the last user turn): what
+    :func:`_scan_lines` adds for it, whatever was read before."""
+    lines = Lines()
+    _scan_lines(text, lines)
+    return lines
+
+
+def _read_lines(request: RequestText, text: str, lines: Lines, shape: TextShape | None) -> None:
+    memo = request.memo
+    if shape is not None or memo is None or len(text) < memo.lines.min_chars:
+        _scan_lines(text, lines, shape)
+    else:
+        lines.add(memo.lines(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """What the whole-text checks of :func:`_scan_text` find in a text read on its own."""
+
+    doc_tags: int
+    fim: bool
+    trace_text: bool
+    exception: bool
+
+
+def marks_alone(text: str) -> Marks:
+    found = Scan()
+    _scan_text(text, found)
+    return Marks(found.doc_tags, found.fim, found.trace_text, found.exception)
+
+
+def _read_marks(request: RequestText, text: str, found: Scan, shape: TextShape | None) -> None:
+    memo = request.memo
+    if shape is not None or memo is None or len(text) < memo.marks.min_chars:
+        _scan_text(text, found, shape)
+        return
+    marks = memo.marks(text)
+    # _scan_text adds at most 10 tags per text and only ever sets the flags.
+    found.doc_tags += marks.doc_tags
+    found.fim = found.fim or marks.fim
+    found.trace_text = found.trace_text or marks.trace_text
+    found.exception = found.exception or marks.exception
+
+
 def _scan_text(text: str, found: Scan, shape: TextShape | None = None) -> None:
     if "<" in text:
         tags = 0
@@ -360,12 +416,12 @@ def scan(request: RequestText, min_context: int) -> Scan:
     for segment in request.segments:
         role, text = segment.role, segment.text
         if role == "assistant":
-            _scan_lines(text, found.history)
+            _read_lines(request, text, found.history, None)
             continue
         shape = found.last if segment is request.last_user else None
         if not _is_data(segment):
-            _scan_lines(text, found.context, shape)
-        _scan_text(text, found, shape)
+            _read_lines(request, text, found.context, shape)
+        _read_marks(request, text, found, shape)
         if role in SYSTEM_ROLES:
             found.system_chars += segment.chars
             system_parts.append(text[:_SYSTEM_HEAD])
