@@ -316,12 +316,13 @@ def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None
             last_code = False
             continue
         if in_fence:
-            code: bool | None = True
+            code = True
         else:
-            code = _line_is_code(line, raw, lines, speakers, shells, tables, tags)
-            if code is None:
+            verdict = _line_is_code(line, raw, lines, speakers, shells, tables, tags)
+            if verdict is None:
                 last_code = False
                 continue
+            code = verdict
         last_code = code
         if code:
             code_lines += 1
