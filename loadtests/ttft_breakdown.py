@@ -199,7 +199,6 @@ async def run(args: argparse.Namespace) -> list[dict[str, int]]:
         ["loadtests.stub_backend", "--port", str(stub_port), "--delay-ms", "0"],
         stub_port,
         "/health",
-        root=Path.cwd(),
     )
     clock = Clock()
     try:
