@@ -11,7 +11,6 @@ from proxy.routing.classify.extract import SYSTEM_ROLES, RequestText, Segment
 _SYSTEM_HEAD = 1800
 # Average line length from which per-line trace and diff tests beat whole-text ones.
 _LONG_ROWS = 200
-_FENCES = ("```", "~~~")
 
 
 @dataclass(slots=True)
@@ -310,7 +309,7 @@ def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None
         size = len(line)
         text_chars += size
         last_raw = raw
-        if line.startswith(_FENCES):
+        if line.startswith(p.FENCES):
             fences += 1
             in_fence = not in_fence
             last_code = False
