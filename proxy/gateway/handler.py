@@ -392,7 +392,9 @@ class Gateway:
     async def _try(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
         """Dispatch and relay one attempt; raises :class:`UpstreamFailure` before a first byte."""
         try:
-            await self.store.add_inflight(attempt.backend.name, 1)
+            # Write-behind: a round trip to a shared store must not delay the first token;
+            # the release in cleanup waits for both writes, in order.
+            self.store.count_inflight(attempt.backend.name, 1)
             try:
                 first = await self._dispatch(attempt, watch)
             except UpstreamOverloaded as busy:

@@ -14,8 +14,9 @@ The interface is shaped by what must be fleet-wide (see the Redis issue):
   feed each replica writes in batches and tails into its own index, entries older than
   ``max_age_s`` ignored (an engine's cache turns over in minutes).
 
-Every method is async and must be cheap: the request path calls :meth:`Store.add_inflight`
-twice per request and nothing else. Everything else runs in background tasks.
+Every method is async and must be cheap: the request path calls :meth:`Store.count_inflight`
+(synchronous, write-behind) before the upstream request and :meth:`Store.add_inflight` after
+the response, and nothing else. Everything else runs in background tasks.
 """
 
 from __future__ import annotations
@@ -80,7 +81,15 @@ class Store(Protocol):
 
     # -- in-flight accounting -------------------------------------------------------------
     async def add_inflight(self, backend: str, delta: int) -> None:
-        """Change this replica's count of open requests to ``backend`` by ``delta``."""
+        """Change this replica's count of open requests to ``backend`` by ``delta``; returns
+        once the shared copy holds the change (and every change made before it)."""
+
+    def count_inflight(self, backend: str, delta: int) -> None:
+        """:meth:`add_inflight` without the wait: the local count changes now, the shared
+        copy follows in the background, in order with every other change of this replica
+        (a later :meth:`add_inflight` returns only once both are written). For the request
+        path, where a round trip to a shared store would sit inside the time to first
+        token."""
 
     async def fleet_inflight(self) -> dict[str, int]:
         """Open requests per backend summed over all live replicas."""

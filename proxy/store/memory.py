@@ -37,6 +37,9 @@ class MemoryStore:
         self._subscribers.clear()
 
     async def add_inflight(self, backend: str, delta: int) -> None:
+        self.count_inflight(backend, delta)
+
+    def count_inflight(self, backend: str, delta: int) -> None:
         value = self._inflight[backend] + delta
         # Never below zero: a release without a matching acquire must not hide real load.
         self._inflight[backend] = max(value, 0)

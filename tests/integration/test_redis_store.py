@@ -120,6 +120,27 @@ async def test_peers_see_every_concurrent_update(redis_replicas: Replicas) -> No
     assert await b.fleet_inflight() == {"b0": 25, "b1": 20, "b2": 20}
 
 
+async def test_write_behind_counts_reach_peers_in_order(redis_replicas: Replicas) -> None:
+    # The request path counts a request without waiting for Redis; the release that follows
+    # waits, and must find both writes applied in order: the peer never sees a count left
+    # behind or below zero.
+    slow = {"lease_ttl_s": 60.0, "heartbeat_s": 30.0}
+    a = await redis_replicas.start(replica_id="a", **slow)
+    b = await redis_replicas.start(replica_id="b", **slow)
+    for _ in range(6):
+        a.count_inflight("b1", 1)
+    a.count_inflight("b2", 1)
+    await a.add_inflight("b1", -1)
+    assert await b.fleet_inflight() == {"b1": 5, "b2": 1}
+    for _ in range(7):  # two more releases than requests: the count stops at zero
+        a.count_inflight("b1", -1)
+    await a.add_inflight("b2", -1)
+    assert await b.fleet_inflight() == {}
+    a.count_inflight("b1", 1)
+    await a.add_inflight("b1", 1)
+    assert await b.fleet_inflight() == {"b1": 2}
+
+
 async def test_starting_while_redis_is_down_degrades_then_joins(redis_replicas: Replicas) -> None:
     peer = await redis_replicas.start(replica_id="peer")
     redis_replicas.server.kill()

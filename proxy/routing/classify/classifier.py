@@ -10,6 +10,7 @@ from typing import Any
 from proxy.routing.classify.config import ClassifierConfig, ClassRule
 from proxy.routing.classify.evidence import FeatureValue, measure
 from proxy.routing.classify.extract import RequestText, extract
+from proxy.routing.classify.memo import ReadMemo
 
 OVERRIDE_HEADER = "x-specroute-class"
 
@@ -42,6 +43,8 @@ class Classifier:
         self._rules = tuple(_compile(rule) for rule in self._config.rules)
         self._allowed = self._config.allowed_labels()
         self._labels = frozenset(self._config.labels)
+        # Texts seen again (system prompts, earlier turns) are not read again.
+        self._memo = ReadMemo()
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -53,7 +56,7 @@ class Classifier:
         Raises ValueError when the override names a label this classifier does not know.
         """
         forced = self._check_override(override)
-        request = extract(body, self._config.max_scan_chars)
+        request = extract(body, self._config.max_scan_chars, self._memo)
         label, reason, features = self._decide(request)
         if forced is None:
             return Classification(label, reason, features)

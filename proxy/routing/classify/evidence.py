@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -322,7 +323,9 @@ class _RagContext:
         self.signs = self.markers > 0 or cue or self.tables
 
 
-def _rag_gate(found: Scan, context: _RagContext, min_context: int) -> tuple[bool, bool, float]:
+def _rag_gate(
+    found: Scan, context: _RagContext, min_context: int, share: Callable[[str], float]
+) -> tuple[bool, bool, float]:
     """Is the rag gate open (enough prose context that is reference)? Also whether short
     framed context opened it, and the system prompt's instruction share when it was read."""
     # A system prompt without markers or a grounding instruction is reference text only when
@@ -330,7 +333,7 @@ def _rag_gate(found: Scan, context: _RagContext, min_context: int) -> tuple[bool
     instructions = 0.0
     reference_system = False
     if found.system_chars >= min_context and not context.markers and not context.cue:
-        instructions = cues.instruction_share(found.system_text)
+        instructions = share(found.system_text)
         reference_system = instructions < _INSTRUCTION_SHARE
     # Length alone does not make rag: some sign of reference material must be present.
     if context.prose >= min_context and (
@@ -342,12 +345,14 @@ def _rag_gate(found: Scan, context: _RagContext, min_context: int) -> tuple[bool
         return True, False, instructions
     short_min = int(min_context * _SHORT_CONTEXT_FRACTION)
     short = short_min <= context.prose < min_context and _short_framed_context(
-        found, context, short_min
+        found, context, short_min, share
     )
     return short, short, instructions
 
 
-def _short_framed_context(found: Scan, context: _RagContext, short_min: int) -> bool:
+def _short_framed_context(
+    found: Scan, context: _RagContext, short_min: int, share: Callable[[str], float]
+) -> bool:
     """Does framed material (document markers or tags, a table, a chat log of three or more
     speakers, an instruction ending in a colon) of at least ``short_min`` chars open the
     gate?"""
@@ -358,7 +363,7 @@ def _short_framed_context(found: Scan, context: _RagContext, short_min: int) -> 
         or (
             found.system_chars >= short_min
             and signs
-            and cues.instruction_share(found.system_text) < _INSTRUCTION_SHARE
+            and share(found.system_text) < _INSTRUCTION_SHARE
         )
     )
 
@@ -405,7 +410,8 @@ def rag_evidence(
         _judge_supplied(split, shape, last_text, cue, head, tail) if split.supplied else _REFERENCE
     )
     context = _RagContext(found, split, supplied, cue)
-    gate, short_context, instructions = _rag_gate(found, context, min_context)
+    share = cues.instruction_share if request.memo is None else request.memo.instructions
+    gate, short_context, instructions = _rag_gate(found, context, min_context, share)
     rag = _rag_score(context, short_context, split.question, min_context)
     personal = supplied.personal
     features["question_chars"] = split.question
@@ -431,7 +437,9 @@ def measure(
     last = request.last_user
     last_text = last.text if last is not None else ""
     head = cues.read(last_text[:_CUE_HEAD])
-    system = cues.read(found.system_text) if found.system_text else None
+    memo = request.memo
+    read_system = cues.read if memo is None else memo.words
+    system = read_system(found.system_text) if found.system_text else None
     features: dict[str, FeatureValue] = {
         "prompt_chars": found.prompt_chars,
         "messages": request.messages,

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.routing.classify.memo import ReadMemo
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
@@ -33,6 +36,8 @@ class RequestText:
     prompt_tokens: int = 0
     images: int = 0
     chars: int = 0  # full length of all segments
+    # What earlier readings of the same texts found (the classifier's; None: read all).
+    memo: ReadMemo | None = None
 
 
 def _clip(text: str, limit: int) -> str:
@@ -97,9 +102,9 @@ def _add_prompt(request: RequestText, prompt: object) -> None:
             request.prompt_tokens += len(item)
 
 
-def extract(body: Mapping[str, Any], max_chars: int) -> RequestText:
+def extract(body: Mapping[str, Any], max_chars: int, memo: ReadMemo | None = None) -> RequestText:
     """Collect every message's text (chat) or the prompt (completions) from ``body``."""
-    request = RequestText()
+    request = RequestText(memo=memo)
     request.has_tools = bool(body.get("tools") or body.get("functions"))
     messages = body.get("messages")
     if isinstance(messages, list):

@@ -68,6 +68,7 @@ BULLET_STARTS = ("- ", "* ", "• ", "+ ")
 # An indented "- uses: actions/checkout@v4" is an item of a YAML list, not a bullet.
 YAML_ITEM = re.compile(r"- [a-z][\w.-]*:(?:\s|$)")
 INDENTS = ("    ", "\t")
+FENCES = ("```", "~~~")  # a line opening or closing a code block starts with one
 LONG_LINE = 160
 
 # "Document 2 (handbook.pdf, p. 4)", "Relevant help articles", "Contexte": the key before a

@@ -101,22 +101,31 @@ class InflightLeases:
         return {backend: count for backend, count in self._counts.items() if count > 0}
 
     async def add(self, backend: str, delta: int) -> None:
+        batch = self.count(backend, delta)
+        if batch is not None:
+            # shield: a cancelled request must not cancel the write other requests wait on.
+            await asyncio.shield(batch)
+
+    def count(self, backend: str, delta: int) -> asyncio.Future[None] | None:
+        """Change the local count now and queue its write; the write that will carry it
+        (None: nothing to write). Writes carry absolute counts under a growing sequence
+        number and one task sends them one after the other, so a change is never overtaken
+        by an older one, whether or not its caller waits for it."""
         old = self._counts.get(backend, 0)
         new = max(old + delta, 0)  # never below zero, as in MemoryStore
         if new == old:
-            return
+            return None
         self._counts[backend] = new
         self._seqs[backend] = next(self._seq)
         if self._guard.degraded:
-            return  # recovery rewrites every count
+            return None  # recovery rewrites every count
         self._dirty.add(backend)
         batch = self._batch
         if batch is None:
             batch = self._batch = asyncio.get_running_loop().create_future()
             if self._writer is None or self._writer.done():
                 self._writer = asyncio.create_task(self._write_batches(), name="inflight-write")
-        # shield: a cancelled request must not cancel the write other requests wait on.
-        await asyncio.shield(batch)
+        return batch
 
     async def _write_batches(self) -> None:
         while (batch := self._batch) is not None:

@@ -106,6 +106,9 @@ class RedisStore:
     async def add_inflight(self, backend: str, delta: int) -> None:
         await self._inflight.add(backend, delta)
 
+    def count_inflight(self, backend: str, delta: int) -> None:
+        self._inflight.count(backend, delta)
+
     async def fleet_inflight(self) -> dict[str, int]:
         return await self._inflight.fleet()
 

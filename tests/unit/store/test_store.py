@@ -92,6 +92,17 @@ async def test_inflight_release_without_acquire_does_not_hide_load(store: Store)
     assert await store.fleet_inflight() == {"a": 1}
 
 
+async def test_inflight_write_behind_counts_now_and_in_order(store: Store) -> None:
+    store.count_inflight("a", 1)
+    store.count_inflight("a", 1)
+    store.count_inflight("a", -1)
+    assert await store.fleet_inflight() == {"a": 1}
+    store.count_inflight("a", -1)
+    store.count_inflight("a", -1)  # a stray release: never below zero
+    await store.add_inflight("b", 1)
+    assert await store.fleet_inflight() == {"b": 1}
+
+
 async def test_inflight_concurrent_updates_all_count(store: Store) -> None:
     await asyncio.gather(*(store.add_inflight("a", 1) for _ in range(200)))
     await asyncio.gather(
