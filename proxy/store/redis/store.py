@@ -162,6 +162,11 @@ class RedisStore:
                 await self._inflight.heartbeat()
 
     async def _recover(self) -> None:
+        # Idle pooled connections from before the outage are dead sockets (a restarted Redis
+        # closed them); without this each would fail its next command once, and each such
+        # failure would start a new degraded episode right after this recovery.
+        with contextlib.suppress(Exception):
+            await self._redis.connection_pool.disconnect(inuse_connections=False)
         try:
             await self._guard.bounded(self._redis.ping)
             await self._inflight.resync()
