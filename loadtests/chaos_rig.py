@@ -25,7 +25,15 @@ import orjson
 import redis
 import yaml
 
-from loadtests.processes import HOST, Service, ServiceError, free_port, spawn, wait_ready
+from loadtests.processes import (
+    HOST,
+    Service,
+    ServiceError,
+    environ,
+    free_port,
+    spawn,
+    wait_ready,
+)
 from loadtests.simfleet import MODEL, SimSpec, policy_backends, scaled_profile
 
 # The gateway settings a chaos run uses: short first-byte and idle timeouts (a stalled
@@ -196,18 +204,10 @@ class Gateways:
         port = self.ports[index]
         args = ["proxy.cli", "serve", "--config", str(self.policy_path), "--port", str(port)]
         args += ["--redis-url", self.redis_url, "--log-level", "info", "--access-log"]
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
+        with environ(**self.env):
             service = spawn(f"gateway-{index}", args, port)
-            self.history.append(service)
-            return service
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        self.history.append(service)
+        return service
 
     def kill(self, index: int) -> None:
         process = self.services[index].process

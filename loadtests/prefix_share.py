@@ -25,18 +25,18 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 
+from loadtests.processes import environ
 from loadtests.prompts import PromptFactory
 from loadtests.routing_policies import FLEET, build_policy
 from loadtests.routing_quality import prefix_cache_counters, prefix_hit_rate
@@ -45,21 +45,6 @@ from loadtests.simfleet import MODEL, SimFleet, gateway
 from loadtests.store_latency import redis_url
 
 MODES = ("per-replica", "shared")
-
-
-@contextlib.contextmanager
-def environ(**values: str) -> Iterator[None]:
-    """Settings for the gateway processes started inside (they copy the environment)."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> float | None:

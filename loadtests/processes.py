@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +67,21 @@ class Service:
                 self.process.wait()
         with contextlib.suppress(OSError):
             self.log_path.unlink()
+
+
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """Settings for the processes started inside (they copy the environment)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def spawn(

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as _Counter
 from prometheus_client import Histogram as _Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -61,41 +62,28 @@ TPOT_BUCKETS = (
     0.5,
     1,
 )
-M = TypeVar("M")
 
 
-class _BoundChildren(Generic[M]):
+class _BoundLabels(MetricWrapperBase):
     """``labels(...)`` answered from a dict once a child exists.
 
     prometheus_client's ``labels`` validates and stringifies the values and takes the
     metric's lock on every call (several microseconds each; a few calls per relayed
-    request). A label tuple seen once maps to the same child until it is removed.
+    request). A label tuple seen once maps to the same child until it is removed. Mixed
+    in before the metric class (``Counter``, ``Histogram`` below), so ``super()`` is it.
     """
 
-    def __init__(self) -> None:
-        self._children: dict[tuple[Any, ...], M] = {}
-
-    def get(self, values: tuple[Any, ...], make: Callable[..., M]) -> M:
-        child = self._children.get(values)
+    def labels(self, *values: Any, **named: Any) -> Self:
+        if named:
+            return super().labels(*values, **named)
+        bound: dict[tuple[Any, ...], Self] | None = self.__dict__.get("_bound")
+        if bound is None:
+            bound = self.__dict__["_bound"] = {}
+        child = bound.get(values)
         if child is None:
-            child = self._children[values] = make(*values)
+            child = bound[values] = super().labels(*values)
         return child
 
-    def forget(self) -> None:
-        self._children.clear()
-
-
-class Counter(_Counter):
-    """A Prometheus counter whose children are looked up once (:class:`_BoundChildren`)."""
-
-    def labels(self, *values: Any, **named: Any) -> Counter:
-        if named:
-            return super().labels(*values, **named)
-        bound: _BoundChildren[Counter] | None = self.__dict__.get("_bound")
-        if bound is None:
-            bound = self.__dict__["_bound"] = _BoundChildren()
-        return bound.get(values, super().labels)
-
     def remove(self, *values: Any) -> None:
         self.__dict__.pop("_bound", None)
         super().remove(*values)
@@ -105,24 +93,12 @@ class Counter(_Counter):
         super().clear()
 
 
-class Histogram(_Histogram):
-    """A Prometheus histogram whose children are looked up once (:class:`_BoundChildren`)."""
+class Counter(_BoundLabels, _Counter):
+    """A Prometheus counter whose children are looked up once."""
 
-    def labels(self, *values: Any, **named: Any) -> Histogram:
-        if named:
-            return super().labels(*values, **named)
-        bound: _BoundChildren[Histogram] | None = self.__dict__.get("_bound")
-        if bound is None:
-            bound = self.__dict__["_bound"] = _BoundChildren()
-        return bound.get(values, super().labels)
 
-    def remove(self, *values: Any) -> None:
-        self.__dict__.pop("_bound", None)
-        super().remove(*values)
-
-    def clear(self) -> None:
-        self.__dict__.pop("_bound", None)
-        super().clear()
+class Histogram(_BoundLabels, _Histogram):
+    """A Prometheus histogram whose children are looked up once."""
 
 
 # Severity of a shadow divergence: the reference's logprob gap between its token and the
