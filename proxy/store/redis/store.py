@@ -90,10 +90,12 @@ class RedisStore:
         if self._closed:
             return
         self._closed = True
+        # Every step is bounded: a shutdown must not wait on a Redis that does not answer
+        # (the lease and the connections' sockets end on their own).
+        limit = 4 * self._guard.timeout_s
         if self._upkeep is not None:
             self._upkeep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._upkeep
+            await asyncio.wait([self._upkeep], timeout=limit)
             self._upkeep = None
         self._broadcast.close()
         if not self._guard.degraded:
@@ -101,7 +103,11 @@ class RedisStore:
                 await self._inflight.release()
             except Exception as exc:  # the lease expires on its own
                 log.warning("could not release this replica's in-flight share: %s", exc)
-        await self._redis.aclose()
+        try:
+            async with asyncio.timeout(limit):
+                await self._redis.aclose()
+        except TimeoutError:
+            log.warning("closing the Redis connections took over %gs; left to the OS", limit)
 
     async def add_inflight(self, backend: str, delta: int) -> None:
         await self._inflight.add(backend, delta)
