@@ -59,29 +59,25 @@ def _rid(prefix: str) -> str:
 def embeddings(data: dict[str, Any], model: str, vocab: Vocabulary) -> bytes:
     texts = _texts(data.get("input"), "input")
     rows = [{"index": i, "object": "embedding", "embedding": embed(t)} for i, t in enumerate(texts)]
-    return orjson.dumps(
-        {
-            "id": _rid("embd"),
-            "object": "list",
-            "created": int(time.time()),
-            "model": model,
-            "data": rows,
-            "usage": _usage(vocab, texts),
-        }
-    )
+    return _listing("embd", model, rows, _usage(vocab, texts))
 
 
 def pooling(data: dict[str, Any], model: str, vocab: Vocabulary) -> bytes:
     texts = _texts(data.get("input"), "input")
     rows = [{"index": i, "object": "pooling", "data": embed(t)} for i, t in enumerate(texts)]
+    return _listing("pool", model, rows, _usage(vocab, texts))
+
+
+def _listing(prefix: str, model: str, rows: list[dict[str, Any]], usage: dict[str, Any]) -> bytes:
+    """The ``object: list`` envelope vLLM's embeddings and pooling answers share."""
     return orjson.dumps(
         {
-            "id": _rid("pool"),
+            "id": _rid(prefix),
             "object": "list",
             "created": int(time.time()),
             "model": model,
             "data": rows,
-            "usage": _usage(vocab, texts),
+            "usage": usage,
         }
     )
 
