@@ -46,6 +46,10 @@ class Settings(BaseModel):
     upstream_client: Literal["h1", "aiohttp", "httpx"] = "h1"
     connect_timeout_s: float = Field(default=3.0, gt=0)
     first_byte_timeout_s: float = Field(default=60.0, gt=0)
+    # The first byte's wait over all of a request's attempts (retries on other backends):
+    # each attempt waits at most first_byte_timeout_s and at most what is left of this.
+    # None: twice first_byte_timeout_s (a slow first try still leaves a whole retry).
+    first_byte_budget_s: float | None = Field(default=None, gt=0)
     idle_timeout_s: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=10)
     # Stream resumption (proxy/gateway/resume.py): a chat/completions stream whose backend
@@ -167,6 +171,12 @@ class Settings(BaseModel):
                 "forwards; set SPECROUTE_ADMIN_TOKEN (or --admin-token), or bind 127.0.0.1"
             )
         return self
+
+    @property
+    def first_byte_budget(self) -> float:
+        if self.first_byte_budget_s is not None:
+            return self.first_byte_budget_s
+        return 2 * self.first_byte_timeout_s
 
     @classmethod
     def from_env(

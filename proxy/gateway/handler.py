@@ -110,6 +110,9 @@ class _Attempt:
     held: tuple[int, str] | None = None
     # A continuation: its events rewritten into the original stream (already started).
     rewrite: Continuation | None = None
+    # Seconds this attempt may wait for its first byte: the per-attempt timeout, or what is
+    # left of the request's budget across attempts when that is less (``_attempts``).
+    wait_s: float | None = None
 
     @property
     def strip_usage(self) -> bool:
@@ -262,7 +265,13 @@ class Gateway:
         that served the request (``None``: every backend failed)."""
         tried: set[str] = set()
         last: UpstreamFailure | None = None
+        # Retries share one budget for the first byte, so three slow backends cannot keep a
+        # client waiting three first-byte timeouts (Envoy's route timeout over per-try ones).
+        deadline = time.monotonic() + self.settings.first_byte_budget
         for number in range(1, self.settings.max_attempts + 1):
+            left = deadline - time.monotonic()
+            if last is not None and left <= 0:
+                break
             if tried:
                 info.exclude = frozenset(tried)
             decision = self.scheduler.schedule(info)
@@ -272,6 +281,7 @@ class Gateway:
             backend = chosen.backend
             tried.add(backend.name)
             attempt = self._account(parsed, decision, backend, rid, number, caller)
+            attempt.wait_s = min(self.settings.first_byte_timeout_s, max(left, 0.0))
             if self.settings.resume_streams and resumable(parsed):
                 attempt.keep = []
             try:
@@ -486,7 +496,9 @@ class Gateway:
         parsed, backend, outcome = attempt.parsed, attempt.backend, attempt.outcome
         body = with_usage(parsed) if attempt.strip_usage else parsed.raw
         headers = self._upstream_headers(attempt)
-        timeout = self.settings.first_byte_timeout_s
+        timeout = attempt.wait_s
+        if timeout is None:  # a continuation: its stream has started, no budget applies
+            timeout = self.settings.first_byte_timeout_s
         # Runs once the request is on its way: the route's explanation and the response
         # headers are built while the backend works on the prompt, not after its first byte.
         asyncio.get_running_loop().call_soon(self._prepare, attempt)

@@ -167,6 +167,30 @@ def test_slow_first_byte_is_retried_on_another_backend(tmp_path: Path, healthy: 
                 assert resp.headers["x-specroute-backend"] == "ok"
 
 
+def test_retries_share_one_first_byte_budget(tmp_path: Path) -> None:
+    """Three backends that never answer in time: the first attempt waits its timeout, the
+    second only what is left of the budget, and no third attempt starts once it is spent."""
+    with run_sim_in_thread(SimConfig(faults=Faults(ttft_delay_ms=4000))) as slow:
+        backends = [sim_backend(f"slow-{i}", slow.url, "plain") for i in range(3)]
+        with gateway(
+            tmp_path, backends, first_byte_timeout_s=1.0, first_byte_budget_s=1.5, max_attempts=3
+        ) as gw:
+            started = time.monotonic()
+            resp = httpx.post(
+                gw.url + "/v1/chat/completions",
+                json={"model": MODEL, "messages": CHAT, "max_tokens": 3, "stream": True},
+                timeout=10,
+            )
+            waited = time.monotonic() - started
+            metrics = httpx.get(gw.url + "/metrics").text
+    assert resp.status_code == 504
+    assert resp.json()["error"]["code"] == "upstream_timeout"
+    # Each attempt alone would have allowed 3 s over three backends; the budget is 1.5 s.
+    assert 1.4 < waited < 2.6, waited
+    retried = [line for line in metrics.splitlines() if line.startswith("specroute_retries_total{")]
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in retried) == 2, retried
+
+
 def test_client_disconnect_frees_the_backend_slot(tmp_path: Path) -> None:
     with (
         run_sim_in_thread(SimConfig(faults=Faults(stall_ms=20_000, stall_after_tokens=3))) as sim,
