@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 import redis
+import redis.asyncio
 
 from loadtests.loadgen_sse import load_average, run_point
 from loadtests.overhead import Plan, request_body, write_policy
@@ -173,20 +174,36 @@ async def start_gateway(
 
 
 async def _window_counters(
-    pids: list[int], port: int, warmup_s: float, duration_s: float
-) -> tuple[list[Counters], list[int]]:
-    """Each pid's counters over the measurement window of a point started with it, and the
-    connections each holds in the middle of the window."""
-    await asyncio.sleep(warmup_s)
-    before = [Counters.of(p) for p in pids]
-    await asyncio.sleep(duration_s / 2)
-    held = connections(port, pids)
-    await asyncio.sleep(duration_s / 2)
-    return [Counters.of(p) - b for p, b in zip(pids, before, strict=True)], held
+    pids: list[int], port: int, redis_url: str, warmup_s: float, duration_s: float
+) -> tuple[list[Counters], list[int], int]:
+    """Each pid's counters over the measurement window of a point started with it, the
+    connections each holds in the middle of the window, and the commands Redis ran."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await asyncio.sleep(warmup_s)
+        before = [Counters.of(p) for p in pids]
+        commands = await _commands(client)
+        await asyncio.sleep(duration_s / 2)
+        held = connections(port, pids)
+        await asyncio.sleep(duration_s / 2)
+        commands = await _commands(client) - commands - 2  # less this function's own INFO
+        return [Counters.of(p) - b for p, b in zip(pids, before, strict=True)], held, commands
+    finally:
+        await client.aclose()
+
+
+async def _commands(client: redis.asyncio.Redis) -> int:
+    info = await client.info("stats")
+    return int(info["total_commands_processed"])
 
 
 async def measure(
-    plan: Plan, delay_ms: float, service: Service, pids: dict[str, int], concurrency: int
+    plan: Plan,
+    delay_ms: float,
+    service: Service,
+    pids: dict[str, int],
+    redis_url: str,
+    concurrency: int,
 ) -> dict[str, Any]:
     workers = serving_pids(service.pid)
     watch = {f"gw{i}": pid for i, pid in enumerate(workers)} | pids
@@ -194,7 +211,7 @@ async def measure(
     warmup_s = max(plan.warmup_s, stream_s)
     duration_s = max(plan.duration_s, 1.2 * stream_s)
     counting = asyncio.create_task(
-        _window_counters([*workers, pids["stub"]], service.port, warmup_s, duration_s)
+        _window_counters([*workers, pids["stub"]], service.port, redis_url, warmup_s, duration_s)
     )
     point = await run_point(
         service.url + "/v1/chat/completions",
@@ -206,7 +223,7 @@ async def measure(
         expected_events=plan.expected_events,
         watch=watch,
     )
-    counters, held = await counting
+    counters, held, commands = await counting
     per_worker = [point.cpu_s[f"gw{i}"] for i in range(len(workers))]
     gateway = sum(counters[:-1], Counters())
     gateway_cpu = sum(per_worker)
@@ -230,6 +247,7 @@ async def measure(
         "gateway_forced_switches_per_s": gateway.forced_switches / point.window_s,
         "stub_writes_per_chunk": counters[-1].writes / events,
         "redis_us_per_request": point.cpu_s["redis"] / requests * 1e6,
+        "redis_commands_per_request": commands / requests,
         "stub_cores": point.cpu_s["stub"] / point.window_s,
         "client_cores": point.cpu_s["client"] / point.window_s,
         "others_cores": point.cpu_s["others"] / point.window_s,
@@ -294,7 +312,7 @@ async def run_delay(
                 for round_ in range(repeat):
                     shift = round_ % len(gateways)
                     for service in gateways[shift:] + gateways[:shift]:
-                        row = await measure(plan, delay_ms, service, pids, concurrency)
+                        row = await measure(plan, delay_ms, service, pids, redis_url, concurrency)
                         best = kept.get(service.name)
                         if best is None or row["others_cores"] < best["others_cores"]:
                             kept[service.name] = row
@@ -359,7 +377,7 @@ def format_report(results: dict[str, Any]) -> str:
         " streams; cores in cores of one CPU, 'others' = every process outside the benchmark",
         f"{'delay':>5} {'c':>4} {'target':<18} {'chunks/s':>8} {'req/s':>6} {'TTFT p50':>8}"
         f" {'gw cores':>13} {'conns':>7} {'us/chunk':>8} {'rd/chunk':>8} {'wr/chunk':>8}"
-        f" {'us/call':>7} {'redis us/req':>12} {'stub':>5} {'client':>6} {'others':>6} {'bad':>3}",
+        f" {'us/call':>7} {'redis us/req':>12} {'cmds/req':>8} {'stub':>5} {'client':>6} {'others':>6} {'bad':>3}",
     ]
     for r in results["rows"]:
         cores = "+".join(f"{c:.2f}" for c in r["worker_cores"])
@@ -369,7 +387,8 @@ def format_report(results: dict[str, Any]) -> str:
             f" {r['requests_per_s']:>6.0f} {r['ttft_p50_ms'] or 0:>8.2f} {cores:>13} {conns:>7}"
             f" {r['gateway_us_per_chunk']:>8.1f} {r['gateway_reads_per_chunk']:>8.2f}"
             f" {r['gateway_writes_per_chunk']:>8.2f} {r['gateway_us_per_call']:>7.1f}"
-            f" {r['redis_us_per_request']:>12.0f} {r['stub_cores']:>5.2f} {r['client_cores']:>6.2f}"
+            f" {r['redis_us_per_request']:>12.0f} {r['redis_commands_per_request']:>8.2f}"
+            f" {r['stub_cores']:>5.2f} {r['client_cores']:>6.2f}"
             f" {r['others_cores']:>6.2f} {r['bad']:>3}"
         )
     lines.append("scaling (both on Redis):")
