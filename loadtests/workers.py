@@ -1,13 +1,17 @@
 """Scaling the gateway over cores: ``specroute serve --workers N`` over a real redis-server.
 
-Three gateways in front of one stub backend (64-chunk streams, no delay between chunks):
-one worker on the in-memory store, one worker on Redis, and N workers on Redis (default 2).
-Each concurrency level loads them in turn (rotating order with ``--repeat``), with the same
-closed-loop clients as ``loadtests.overhead``. Figures: chunks/s, the CPU of every gateway
-process (workers summed) and of redis-server per request, and the store's cost per request:
-the CPU a one-worker gateway spends per request on Redis minus on memory, plus Redis's own.
+Three gateways in front of one stub backend (64-chunk streams; ``--delays-ms`` spaces the
+stub's chunks, 10 making each upstream read carry one event as in production): one worker
+on the in-memory store, one worker on Redis, and N workers on Redis (default 2). Each
+concurrency level loads them in turn (rotating order with ``--repeat``), with the same
+closed-loop clients as ``loadtests.overhead``. Figures: chunks/s, the CPU of the serving
+processes (each worker's, and their sum) per request and per event, the gateway's read and
+write system calls per event (how many events one read carries: CPU follows calls, not
+bytes), the client connections each worker holds, redis-server's CPU and commands per
+request, and the stub's and the load generator's CPU beside every other process's.
 
-    python -m loadtests.workers [--workers 2] [--concurrency 64 256] [--duration 3]
+    python -m loadtests.workers [--workers 2] [--concurrency 64 256] [--delays-ms 0 10]
+        [--repeat 2] [--duration 3] [--serve-arg=--upstream=aiohttp] [--json PATH]
 """
 
 from __future__ import annotations
