@@ -276,6 +276,7 @@ def test_every_worker_logs_in_the_configured_format(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: the workers go with it
         )
         try:
             url = f"http://127.0.0.1:{port}"
@@ -290,7 +291,12 @@ def test_every_worker_logs_in_the_configured_format(
         finally:
             proc.terminate()
             # Every worker must finish shutting down (one that lost a cancellation hung).
-            _, err = proc.communicate(timeout=30)
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                raise
     assert proc.returncode == 0
     lines = [orjson.loads(line) for line in err.splitlines() if line.startswith(b"{")]
     access = [line for line in lines if line["logger"] == "specroute.access"]
