@@ -7,9 +7,11 @@ gateway per upstream client run as separate processes; each concurrency level th
 every target in turn with closed-loop clients in this process. Figures: chunks/s, TTFT
 p50/p99 and each relay's CPU-microseconds per chunk (and chunks per relay core-second), with
 ratios to direct and to the yardstick, and the targets of issues 2 and 23 checked.
-``--before DIR`` adds the gateway of another checkout (``gateway-before``) to the same run.
+``--before DIR`` adds the gateway of another checkout (``gateway-before``) to the same run;
+``--floor`` adds the floor relays of ``loadtests/floor_relay.py`` (how little a Python relay
+on uvloop adds: bytes only, HTTP parsed without ASGI, uvicorn and ASGI without the gateway).
 
-    python -m loadtests.overhead [--quick] [--json PATH] [--with-httpx] [--before DIR]
+    python -m loadtests.overhead [--quick] [--json PATH] [--with-httpx] [--before DIR] [--floor]
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ PROMPT = (
 
 # The gateway's own default upstream client: its target is plain "gateway".
 DEFAULT_UPSTREAM = "h1"
+# The floor relays, least work first: bytes only; HTTP parsed, no ASGI; uvicorn and ASGI.
+FLOOR_MODES = ("raw", "h1", "asgi")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,7 @@ class Plan:
     min_streams: int = 12  # per window: slow streams at low concurrency need a longer window
     router: str | None = None  # the vllm-router launcher; None leaves the Rust router out
     before: str | None = None  # another checkout whose gateway runs as "gateway-before"
+    floor: bool = False  # add the floor relays (loadtests/floor_relay.py)
 
     @property
     def expected_events(self) -> int:
@@ -146,6 +151,12 @@ async def _start_fleet(plan: Plan, delay_ms: float, workdir: Path) -> dict[str, 
             port = free_port()
             args = router_args(port, stub.url)
             starts["rust-router"] = start("rust-router", args, port, "/health", [plan.router])
+        if plan.floor:
+            for mode in FLOOR_MODES:
+                port = free_port()
+                args = ["loadtests.floor_relay", "--mode", mode, "--port", str(port)]
+                args += ["--upstream", stub.url]
+                starts[f"floor-{mode}"] = start(f"floor-{mode}", args, port, "/health")
         policy = write_policy(workdir, stub.url)
         for upstream in plan.upstreams:
             port = free_port()
@@ -284,6 +295,12 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
         type=Path,
         help="another checkout (e.g. a worktree of main) whose gateway runs as gateway-before",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="add the floor relays: floor-raw (bytes only), floor-h1 (HTTP parsed, no ASGI), "
+        "floor-asgi (uvicorn as the gateway runs it, no gateway work)",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", help="override the levels")
     parser.add_argument("--delays-ms", type=float, nargs="+", help="override the delays")
     parser.add_argument("--duration", type=float, help="seconds measured per point")
@@ -311,6 +328,8 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
         changes["repeat"] = max(1, args.repeat)
     if args.before:
         changes["before"] = str(args.before.resolve())
+    if args.floor:
+        changes["floor"] = True
     if not args.no_router:
         changes["router"] = install_router() if args.install_router else find_router()
         if changes["router"] is None:

@@ -21,7 +21,12 @@ def app_from_env() -> object:
     """uvicorn factory for ``--workers N``: each worker rebuilds the same settings."""
     from proxy.gateway.app import create_app
 
-    return create_app(Settings.model_validate_json(os.environ[SETTINGS_ENV]))
+    settings = Settings.model_validate_json(os.environ[SETTINGS_ENV])
+    # uvicorn starts each worker as a fresh interpreter (spawn): the serving process's logging
+    # set-up does not reach it, and without this a worker's lines (the access log among them)
+    # are dropped below WARNING and unformatted above it.
+    configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings)
 
 
 def _startup_problem(settings: Settings) -> str | None:

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from loadtests.overhead import MODEL, QUICK, gateway_target
+from loadtests.overhead import FLOOR_MODES, MODEL, QUICK, gateway_target
 from loadtests.processes import ROOT, Service, free_port, start
 
 CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Count to three."}]
@@ -37,6 +37,30 @@ async def stub_and_yardstick() -> AsyncIterator[tuple[Service, Service]]:
             yardstick.stop()
     finally:
         stub.stop()
+
+
+@pytest.mark.parametrize("mode", FLOOR_MODES)
+async def test_floor_relays_carry_streams_and_answers_on_kept_connections(
+    stub_and_yardstick: tuple[Service, Service], mode: str
+) -> None:
+    stub, _ = stub_and_yardstick
+    port = free_port()
+    args = ["loadtests.floor_relay", "--mode", mode, "--port", str(port), "--upstream", stub.url]
+    relay = await start(f"floor-{mode}", args, port, "/health")
+    try:
+        client = openai.AsyncOpenAI(base_url=relay.url + "/v1", api_key="x", max_retries=0)
+        for _ in range(2):  # the second request rides the kept connections
+            stream = await client.chat.completions.create(
+                model=MODEL, messages=CHAT, max_tokens=5, stream=True
+            )
+            chunks = [chunk async for chunk in stream]
+            assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) == 5
+            assert chunks[-1].choices[0].finish_reason == "length"
+        answer = await client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=3)
+        assert answer.choices[0].message.content
+        await client.close()
+    finally:
+        relay.stop()
 
 
 async def test_stub_streams_through_the_yardstick_as_openai_chunks(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import yaml
 
@@ -255,3 +256,57 @@ def test_workers_without_redis_is_refused(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "needs a shared store" in done.stderr
+
+
+def test_every_worker_logs_in_the_configured_format(
+    fresh_redis: RedisServer, tmp_path: Path
+) -> None:
+    """uvicorn spawns ``--workers N`` as fresh interpreters: each must set up logging itself,
+    or the access lines of every request they serve are lost."""
+    port = free_port()
+    with run_sim_in_thread(SimConfig()) as sim:
+        policy = write_policy(
+            tmp_path / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]}
+        )
+        args = ["serve", "--config", str(policy), "--port", str(port), "--workers", "2"]
+        args += ["--redis-url", fresh_redis.url, "--access-log", "--log-format", "json"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy.cli", *args],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: the workers go with it
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _ready(url), 60, "the workers to serve")
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2,
+            }
+            for _ in range(6):
+                assert httpx.post(url + "/v1/chat/completions", json=body, timeout=30).is_success
+        finally:
+            proc.terminate()
+            # Every worker must finish shutting down (one that lost a cancellation hung).
+            try:
+                _, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                raise
+    assert proc.returncode == 0
+    lines = [orjson.loads(line) for line in err.splitlines() if line.startswith(b"{")]
+    access = [line for line in lines if line["logger"] == "specroute.access"]
+    assert len(access) == 6
+    # Both workers' start-up lines, in JSON: they set up the process's logging themselves.
+    started = {line["message"] for line in lines if "Started server process" in line["message"]}
+    assert len(started) == 2
+
+
+def _ready(url: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url + "/ready", timeout=1).status_code == 200
+    return False
