@@ -26,7 +26,9 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.scheduler.base import Filter, SchedulingContext
-from proxy.routing.scheduler.filters import BuiltinFilters
+from proxy.routing.scheduler.filters import AcceptanceFloorFilter, BuiltinFilters, CanaryFilter
+from proxy.routing.scheduler.leaders import NONE, Leaders
+from proxy.routing.scheduler.pickers import MaxScorePicker
 from proxy.routing.scheduler.scorers import BuiltinScorers
 
 
@@ -40,6 +42,8 @@ class _Scores:
     generation: int = -1
     # Backends to re-score the next time they are candidates.
     pending: set[str] = field(default_factory=set)
+    # The best few, for a first choice without a pass over every total.
+    leaders: Leaders = field(default_factory=Leaders)
 
 
 @dataclass(slots=True)
@@ -93,6 +97,13 @@ class DecisionCache:
         # No leading built-in filters: a view of the whole fleet, every filter after it.
         self._leading = leading or BuiltinFilters()
         self._rest = tuple(rest)
+        # The acceptance floor when it is the only filter after the leading ones (the
+        # canary filter aside, a no-op without a running canary): ``decide`` then applies
+        # it to the few backends below the floor instead of a pass over the survivors.
+        floors = [f for f in self._rest if not isinstance(f, CanaryFilter)]
+        self._floor = floors[0] if len(floors) == 1 else None
+        self._floored = not floors or type(self._floor) is AcceptanceFloorFilter
+        self._canary = len(floors) < len(self._rest)
         self._builtin = builtin
         # Whether the built-in totals are multiplied by the backends' weights here (no
         # other scorer adds to them before that).
@@ -123,12 +134,7 @@ class DecisionCache:
     def candidates(self, ctx: SchedulingContext) -> tuple[list[BackendState], list[float] | None]:
         """The backends every filter keeps, stepped (break-even), and their built-in totals
         (None: the profile has no built-in scorers); the totals list is the caller's."""
-        self._drain()
-        model = ctx.request.model
-        group = self._groups.get(model)
-        if group is None:
-            group = self._groups[model] = self._new_group(model)
-        self._verdicts(ctx, group)
+        group = self._group(ctx)
         listed = group.backends
         backends = self._filter_rest(ctx, listed) if listed else listed
         if ctx.forced is not None and all(b.name != ctx.forced for b in backends):
@@ -139,12 +145,7 @@ class DecisionCache:
             self._step(group, _pick(group.unstepped, backends, listed, group.pos))
         if self._builtin is None:
             return backends, None
-        label = ctx.request.label
-        scores = group.classes.get(label)
-        if scores is None:
-            scores = group.classes[label] = _Scores()
-        if scores.generation != group.generation:
-            self._follow(group, scores)
+        scores = self._scores(ctx.request.label, group)
         if scores.pending:
             self._rescore(ctx, group, scores, backends)
         totals = scores.totals
@@ -152,6 +153,70 @@ class DecisionCache:
             return backends, totals.copy()
         pos = group.pos
         return backends, [totals[pos[b.name]] for b in backends]
+
+    def leads(self, ctx: SchedulingContext) -> bool:
+        """Whether ``decide`` may choose for this request: built-in totals that are the
+        whole score, and no filter after the leading ones but the acceptance floor (and
+        a canary filter while no canary runs)."""
+        return self._weigh and self._floored and (ctx.canary is None or not self._canary)
+
+    def decide(
+        self, ctx: SchedulingContext, picker: MaxScorePicker
+    ) -> tuple[list[BackendState], list[float], frozenset[int], int] | None:
+        """The picker's first choice from the kept results, with no pass over the
+        survivors (``leaders.py``): the survivors, their totals (kept: the caller copies
+        what it holds on to), the places the acceptance floor excluded, and the chosen
+        place (None: no backend is left)."""
+        group = self._group(ctx)
+        listed = group.backends
+        if not listed or self._builtin is None:
+            return None
+        skip = self._floored_out(ctx, group)
+        if group.unstepped:
+            self._step(group, _unstepped(group, skip))
+        scores = self._scores(ctx.request.label, group)
+        if scores.pending:
+            self._rescore_at(ctx, group, scores, skip)
+        totals = scores.totals
+        forced = ctx.forced
+        if forced is not None:
+            return listed, totals, skip, group.pos[forced]
+        return listed, totals, skip, scores.leaders.first(totals, skip, picker)
+
+    def _group(self, ctx: SchedulingContext) -> _Group:
+        """The request's model's kept results, with the marks handed out and the leading
+        filters' survivors up to date."""
+        self._drain()
+        model = ctx.request.model
+        group = self._groups.get(model)
+        if group is None:
+            group = self._groups[model] = self._new_group(model)
+        self._verdicts(ctx, group)
+        return group
+
+    def _scores(self, label: str, group: _Group) -> _Scores:
+        scores = group.classes.get(label)
+        if scores is None:
+            scores = group.classes[label] = _Scores()
+        if scores.generation != group.generation:
+            self._follow(group, scores)
+        return scores
+
+    def _floored_out(self, ctx: SchedulingContext, group: _Group) -> frozenset[int]:
+        """The survivors' places the acceptance floor excludes for this request (with the
+        notes and the probe the filter leaves), from the few backends below the floor."""
+        floor = self._floor
+        if not isinstance(floor, AcceptanceFloorFilter):
+            return NONE
+        below = ctx.acceptance.below.get(ctx.request.label)
+        if not below:
+            return NONE
+        pos = group.pos
+        names = sorted((name for name in below if name in pos), key=pos.__getitem__)
+        dropped = floor.judge(ctx, names) if names else None
+        if not dropped or len(dropped) == len(pos):
+            return NONE  # nothing avoided, or everything: the soft filter is then skipped
+        return frozenset([pos[name] for name in dropped])
 
     def kept(self) -> list[tuple[str, str]]:
         """The (model, class) pairs with results kept."""
@@ -184,6 +249,8 @@ class DecisionCache:
             self._follow(group, scores)
         if scores.pending and listed:
             self._rescore(ctx, group, scores, listed)
+            if self._floored and self._weigh:
+                scores.leaders.lead(scores.totals, scores.leaders.skip)
 
     def _step(self, group: _Group, todo: list[BackendState]) -> None:
         """The break-even step for these candidates."""
@@ -294,6 +361,7 @@ class DecisionCache:
                 totals.append(old[i])
         scores.totals, scores.pos = totals, group.pos
         scores.generation = group.generation
+        scores.leaders = Leaders()  # places moved: chosen afresh when next needed
 
     def _filter_rest(
         self, ctx: SchedulingContext, backends: list[BackendState]
@@ -325,8 +393,10 @@ class DecisionCache:
             places = [i for name in pending if (i := pos.get(name)) is not None]
             values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
             self.rescored += len(values)
+            raised = scores.leaders.raised
             for i, value in zip(places, values, strict=True):
                 totals[i] = value
+                raised(i, value)
             if len(places) == len(pending):
                 pending.clear()
             else:
@@ -339,11 +409,45 @@ class DecisionCache:
         self.rescored += len(values)
         if backends is listed and len(todo) == len(listed):
             scores.totals = values
+            scores.leaders.bar = math.inf  # every total rewritten: chosen afresh
             pending.difference_update(pos)
             return
         pending.difference_update([b.name for b in todo])
+        raised = scores.leaders.raised
         for b, value in zip(todo, values, strict=True):
-            totals[pos[b.name]] = value
+            i = pos[b.name]
+            totals[i] = value
+            raised(i, value)
+
+    def _rescore_at(
+        self, ctx: SchedulingContext, group: _Group, scores: _Scores, skip: frozenset[int]
+    ) -> None:
+        """Re-score the pending candidates found through their places (those the floor
+        excluded stay pending; those no longer survivors come back through ``_follow``)
+        and tell the leaders."""
+        assert self._builtin is not None
+        pending, pos, listed = scores.pending, group.pos, group.backends
+        places = [i for name in pending if (i := pos.get(name)) is not None and i not in skip]
+        if places:
+            weigh = self._weigh and self._fleet.weighted
+            values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
+            self.rescored += len(values)
+            totals, raised = scores.totals, scores.leaders.raised
+            for i, value in zip(places, values, strict=True):
+                totals[i] = value
+                raised(i, value)
+        if len(places) == len(pending):
+            pending.clear()
+        else:
+            pending.intersection_update([listed[i].name for i in skip])
+
+
+def _unstepped(group: _Group, skip: frozenset[int]) -> list[BackendState]:
+    """The candidates (survivors not in ``skip``) the break-even step has not seen since
+    they changed."""
+    pos, listed = group.pos, group.backends
+    unstepped = group.unstepped
+    return [listed[i] for name in unstepped if (i := pos.get(name)) is not None and i not in skip]
 
 
 def _pick(
