@@ -301,6 +301,7 @@ class Scheduler:
         return self._cache.rescored if self._cache is not None else None
 
     def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
+        # Positional: one is made per request, and keywords cost more than the rest.
         return SchedulingContext(
             request,
             self.fleet,
@@ -309,8 +310,10 @@ class Scheduler:
             self.break_even,
             self.latency,
             self.canary,
-            explain=explain,
-            prefix=self.prefix,
+            {},
+            explain,
+            None,
+            self.prefix,
         )
 
     def _filter(
@@ -404,9 +407,10 @@ class Scheduler:
         if chosen is None:
             return RouteReason(RouteKind.NONE, "no eligible backend")
         backend = chosen.backend
-        note = decision.notes.get(backend.name)
+        ctx = decision.context
+        note = ctx.notes.get(backend.name) if ctx is not None and ctx.notes else None
         kind = self._route_kind(backend, note)
-        return RouteReason(kind, explain=partial(self._reason_text, decision, note))
+        return RouteReason(kind, None, partial(self._reason_text, decision, note))
 
     def _reason_text(self, decision: Decision, note: BackendNote | None) -> str:
         chosen = decision.chosen
