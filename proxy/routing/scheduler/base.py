@@ -122,6 +122,21 @@ class Scorer(Protocol):
 
 
 @runtime_checkable
+class SparseScorer(Scorer, Protocol):
+    """A scorer that rates most backends 0 (the prefix affinity: only the few holders of
+    a prompt's prefix score), and can say so without a column of zeros.
+
+    ``score_some`` gives the backends that score other than 0, by name (names outside
+    ``backends`` are ignored); ``score_all`` must agree with it. The kept results then add
+    its weight to those few totals alone (loadtests/README.md, routing decision time).
+    """
+
+    def score_some(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState]
+    ) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
 class Picker(Protocol):
     """Chooses among scored backends (``totals[i]`` is the weighted score of ``backends[i]``).
 

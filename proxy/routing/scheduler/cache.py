@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
-from proxy.routing.scheduler.base import Filter, SchedulingContext
+from proxy.routing.scheduler.base import Filter, SchedulingContext, SparseScorer
 from proxy.routing.scheduler.filters import AcceptanceFloorFilter, BuiltinFilters, CanaryFilter
 from proxy.routing.scheduler.leaders import NONE, Leaders
 from proxy.routing.scheduler.pickers import MaxScorePicker
@@ -156,17 +156,22 @@ class DecisionCache:
 
     def leads(self, ctx: SchedulingContext) -> bool:
         """Whether ``decide`` may choose for this request: built-in totals that are the
-        whole score, and no filter after the leading ones but the acceptance floor (and
-        a canary filter while no canary runs)."""
-        return self._weigh and self._floored and (ctx.canary is None or not self._canary)
+        whole score, or that sparse scores add to where the fleet has no policy weights
+        (they would multiply every total), and no filter after the leading ones but the
+        acceptance floor (and a canary filter while no canary runs)."""
+        weights = self._weigh or not self._fleet.weighted
+        return weights and self._floored and (ctx.canary is None or not self._canary)
 
     def decide(
-        self, ctx: SchedulingContext, picker: MaxScorePicker
+        self,
+        ctx: SchedulingContext,
+        picker: MaxScorePicker,
+        sparse: Sequence[tuple[SparseScorer, float]] = (),
     ) -> tuple[list[BackendState], list[float], frozenset[int], int] | None:
         """The picker's first choice from the kept results, with no pass over the
-        survivors (``leaders.py``): the survivors, their totals (kept: the caller copies
-        what it holds on to), the places the acceptance floor excluded, and the chosen
-        place (None: no backend is left)."""
+        survivors (``leaders.py``): the survivors, this request's totals (a copy, with
+        the ``sparse`` scorers' few scores added), the places the acceptance floor
+        excluded, and the chosen place (None: no backend is left)."""
         group = self._group(ctx)
         listed = group.backends
         if not listed or self._builtin is None:
@@ -178,10 +183,36 @@ class DecisionCache:
         if scores.pending:
             self._rescore_at(ctx, group, scores, skip)
         totals = scores.totals
+        view, moved = self._sparse(ctx, group, totals, skip, sparse)
         forced = ctx.forced
         if forced is not None:
-            return listed, totals, skip, group.pos[forced]
-        return listed, totals, skip, scores.leaders.first(totals, skip, picker)
+            return listed, view, skip, group.pos[forced]
+        return listed, view, skip, scores.leaders.first(totals, skip, picker, view, moved)
+
+    @staticmethod
+    def _sparse(
+        ctx: SchedulingContext,
+        group: _Group,
+        totals: list[float],
+        skip: frozenset[int],
+        sparse: Sequence[tuple[SparseScorer, float]],
+    ) -> tuple[list[float], list[int] | None]:
+        """This request's totals: the kept ones, each sparse scorer's weighted scores
+        added in policy order where they are not 0 (as ``Scheduler._totals`` adds every
+        column), and the candidate places that moved."""
+        view = totals.copy()
+        if not sparse:
+            return view, None
+        pos, listed = group.pos, group.backends
+        moved: list[int] = []
+        for scorer, weight in sparse:
+            for name, score in scorer.score_some(ctx, listed).items():
+                i = pos.get(name)
+                if i is not None and i not in skip:
+                    view[i] = view[i] + weight * score
+                    if i not in moved:  # a place twice would count as a tie with itself
+                        moved.append(i)
+        return view, moved
 
     def _group(self, ctx: SchedulingContext) -> _Group:
         """The request's model's kept results, with the marks handed out and the leading

@@ -58,25 +58,39 @@ class Leaders:
             self.places = top
         self.skip = skip
 
-    def first(self, totals: list[float], skip: frozenset[int], picker: MaxScorePicker) -> int:
-        """The place the picker's first choice would take among the candidates."""
+    def first(
+        self,
+        totals: list[float],
+        skip: frozenset[int],
+        picker: MaxScorePicker,
+        view: list[float] | None = None,
+        moved: list[int] | None = None,
+    ) -> int:
+        """The place the picker's first choice would take among the candidates: by the
+        kept ``totals``, or by this request's ``view`` of them, which differs at the
+        candidate places ``moved`` alone (a sparse scorer's few, added per request)."""
         if skip != self.skip or len(self.places) > MOST_LEADERS or not self.places:
             self.lead(totals, skip)
-        chosen = self._settled(totals, picker)
+        seen = totals if view is None else view
+        chosen = self._settled(seen, picker, moved)
         if chosen is None:
             self.lead(totals, skip)
-            chosen = self._settled(totals, picker)
+            chosen = self._settled(seen, picker, moved)
         if chosen is not None:
             return chosen
         # More candidates tie at the top than there are leaders: every one of them.
-        best = max(totals[i] for i in self.places)
+        best = max(t for i, t in enumerate(seen) if i not in skip)
         floor = best - picker.tie_epsilon
-        return picker.among([i for i, t in enumerate(totals) if t >= floor and i not in skip])
+        return picker.among([i for i, t in enumerate(seen) if t >= floor and i not in skip])
 
-    def _settled(self, totals: list[float], picker: MaxScorePicker) -> int | None:
-        """The choice when the leaders settle it (None: a candidate outside them may tie
-        with the best, or be it)."""
+    def _settled(
+        self, totals: list[float], picker: MaxScorePicker, moved: list[int] | None
+    ) -> int | None:
+        """The choice when the leaders (and the moved places) settle it (None: another
+        candidate may tie with the best, or be it)."""
         places = self.places
+        if moved:
+            places = places + [i for i in moved if i not in places]
         values = [totals[i] for i in places]
         best = max(values)
         floor = best - picker.tie_epsilon

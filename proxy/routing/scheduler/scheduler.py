@@ -44,6 +44,7 @@ from proxy.routing.scheduler.base import (
     Picker,
     SchedulingContext,
     Scorer,
+    SparseScorer,
 )
 from proxy.routing.scheduler.cache import DecisionCache
 from proxy.routing.scheduler.filters import BuiltinFilters
@@ -172,9 +173,11 @@ class _Profile:
     # Whether a weighted break-even scorer decides: the route's kind then says whether the
     # chosen speculative backend was below its break-even.
     break_even_decides: bool
-    # The max-score picker over built-in scorers alone: the kept results may then find
-    # its first choice without a pass over the candidates (``scheduler/leaders.py``).
+    # The max-score picker over built-in scorers, followed by sparse ones only: the kept
+    # results may then find its first choice without a pass over the candidates
+    # (``scheduler/leaders.py``), adding the sparse scorers' few scores per request.
     leads: MaxScorePicker | None
+    sparse: tuple[tuple[SparseScorer, float], ...]
 
 
 class Scheduler:
@@ -229,7 +232,9 @@ class Scheduler:
         filters = tuple(registry.build_filter(spec) for spec in routing.filters)
         builtin, extra = _split_builtin(scorers)
         picker = registry.build_picker(routing.picker)
-        leads = type(picker) is MaxScorePicker and builtin is not None and not extra
+        sparse = tuple((s, w) for s, w in extra if isinstance(s, SparseScorer))
+        leads = type(picker) is MaxScorePicker and builtin is not None
+        leads = leads and len(sparse) == len(extra)
         return _Profile(
             filters=filters,
             scorers=scorers,
@@ -240,6 +245,7 @@ class Scheduler:
             route_scorers=tuple(s for s in weighted if s.name in ROUTE_SCORERS),
             break_even_decides=any(s.name == "break_even" for s in weighted),
             leads=picker if leads and isinstance(picker, MaxScorePicker) else None,
+            sparse=sparse,
         )
 
     def apply_policy(self, policy: Policy) -> None:
@@ -256,7 +262,7 @@ class Scheduler:
         base: list[float] | None = None
         if cache is not None and cache.covers(ctx):
             if profile.leads is not None and cache.leads(ctx):
-                return self._kept(ctx, cache, profile.leads)
+                return self._kept(ctx, cache, profile.leads, profile.sparse)
             # The same filters and steps, redone only where something changed.
             backends, base = cache.candidates(ctx)
         else:
@@ -274,15 +280,19 @@ class Scheduler:
         return Decision(request, chosen, ctx, None, None, backends, totals)
 
     def _kept(
-        self, ctx: SchedulingContext, cache: DecisionCache, picker: MaxScorePicker
+        self,
+        ctx: SchedulingContext,
+        cache: DecisionCache,
+        picker: MaxScorePicker,
+        sparse: tuple[tuple[SparseScorer, float], ...],
     ) -> Decision:
         """The first choice from the kept totals and their leaders (``cache.decide``)."""
-        found = cache.decide(ctx, picker)
+        found = cache.decide(ctx, picker, sparse)
         if found is None:
             return Decision(ctx.request, None, ctx)
         backends, totals, skip, first = found
         chosen = Candidate(backends[first], totals[first])
-        return Decision(ctx.request, chosen, ctx, None, None, backends, totals.copy(), skip)
+        return Decision(ctx.request, chosen, ctx, None, None, backends, totals, skip)
 
     def refresh(self) -> None:
         """Re-derive what the scheduler keeps between requests after a write to many
