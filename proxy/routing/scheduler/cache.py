@@ -11,8 +11,10 @@ usable rates (``AcceptanceTracker.changes``), a pool's break-even band
 (checked by identity). The per-backend results are the plugins' own passes run over the
 changed backends only, so the formulas stay where they are, and
 tests/unit/routing/scheduler/test_decisions.py checks on random sequences of state changes
-that this path decides as a fresh computation does. Figures: loadtests/README.md (routing
-decision time).
+that this path decides as a fresh computation does. ``decide`` goes one step further for
+the max-score picker: each class keeps its leaders (``leaders.py``), so a request re-scores
+its few pending backends and chooses without a pass over the survivors. Figures:
+loadtests/README.md (routing decision time).
 """
 
 from __future__ import annotations

@@ -17,7 +17,11 @@ Most requests change the state of one or two backends, so the request path keeps
 backend's filter verdict, break-even step and built-in score between requests and redoes
 them only for the backends written since (``scheduler/cache.py``; every write to a
 backend's state marks it); explanations, retries that exclude backends and requests split
-by a running canary recompute everything, as ``Scheduler(cache=False)`` always does.
+by a running canary recompute everything, as ``Scheduler(cache=False)`` always does. With
+the max-score picker and no scorer but the built-ins and sparse ones (prefix affinity),
+the first choice comes from each class's kept leaders (``scheduler/leaders.py``), the
+acceptance floor looks at the few backends below it, and a sparse scorer's few scores are
+added to a copy of the kept totals: no pass over the candidates per request.
 Figures: loadtests/README.md (routing decision time).
 """
 
