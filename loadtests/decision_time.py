@@ -2,7 +2,7 @@
 
     python -m loadtests.decision_time [--backends 8 64] [--requests 20000] [--quick]
         [--routing default|latency|affinity] [--block 500] [--only cached|recomputed]
-        [--json PATH]
+        [--json PATH] [--digest]
 
 Target (issue 23): decision p99 under 50 microseconds with 64 backends, on a busy host.
 Measured in-process with time.perf_counter_ns around exactly what the request path runs:
@@ -16,12 +16,18 @@ replicas' in-flight count of every backend), so the scheduler's kept results
 requests through the same changes, in alternating blocks: the scheduler keeping results
 between requests (``cached``) and the one recomputing them for every request
 (``Scheduler(cache=False)``, the code before the cache).
+
+``--digest`` times nothing: it prints, per contender, a hash of every decision of the run
+(the chosen backend, every candidate's total to the bit, the notes, the route text) with
+the monotonic clock and the picker's draws fixed, so that two commits can be shown to
+decide alike (run it in each checkout with PYTHONHASHSEED=0 and compare the lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import os
 import random
 import statistics
@@ -332,6 +338,37 @@ def measure(
     return result
 
 
+def digest(backends: int, requests: int, routing: str, cache: bool, seed: int = 7) -> str:
+    """A hash of every decision of one contender's run, with the clock and the draws
+    fixed (``time.monotonic`` is replaced for the run: the filters' back-off checks and
+    the kept verdicts read it)."""
+    clock = [1000.0]
+    real = time.monotonic
+    time.monotonic = lambda: clock[0]
+    try:
+        run = _Run(backends, requests, seed, routing, cache)
+        scheduler = run.scheduler
+        scheduler._profile.picker._random.seed(seed)  # type: ignore[attr-defined]
+        seen = hashlib.sha256()
+        schedule = scheduler.schedule
+
+        def recorded(request: RequestInfo, *, explain: bool = False) -> Any:
+            clock[0] += 0.001
+            decision = schedule(request, explain=explain)
+            if decision.chosen is not None:
+                rows = sorted((c.backend.name, c.total.hex()) for c in decision.ordered)
+                notes = sorted(decision.notes.items())
+                text = scheduler.reason(decision).text
+                seen.update(repr((decision.chosen.backend.name, rows, notes, text)).encode())
+            return decision
+
+        scheduler.schedule = recorded  # type: ignore[method-assign]
+        run.block(0, requests)
+    finally:
+        time.monotonic = real
+    return seen.hexdigest()[:16]
+
+
 TARGET_US = 50.0
 
 ROWS = {
@@ -406,9 +443,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--routing", choices=sorted(ROUTINGS), default="default", help="the profile decided with"
     )
+    parser.add_argument(
+        "--digest", action="store_true", help="a hash of every decision instead of timings"
+    )
     args = parser.parse_args(argv)
     requests = 2_000 if args.quick else args.requests
     contenders = (True, False) if args.only is None else (args.only == "cached",)
+    if args.digest:
+        for backends in args.backends:
+            for cache in contenders:
+                name = "cached" if cache else "recomputed"
+                found = digest(backends, requests, args.routing, cache)
+                print(f"{backends} backends, {args.routing}, {name}: {found}")
+        return 0
     results = []
     for backends in args.backends:
         result = measure(

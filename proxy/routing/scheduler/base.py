@@ -13,8 +13,9 @@ arithmetic it calls (loadtests/README.md, routing decision time).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, Protocol, runtime_checkable
 
 from proxy.policy import Policy
@@ -69,11 +70,26 @@ class SchedulingContext:
     prefix: PrefixIndex | None = None
 
 
-@dataclass(slots=True)
+# A candidate's per-plugin scores when none were kept (the request path keeps none).
+NO_SCORES: Mapping[str, float] = MappingProxyType({})
+
+
 class Candidate:
-    backend: BackendState
-    total: float = 0.0
-    scores: dict[str, float] = field(default_factory=dict)
+    """A scored backend. A plain class with slots: the request path makes one per
+    decision, and a dataclass would make its ``scores`` dict every time."""
+
+    __slots__ = ("backend", "scores", "total")
+
+    def __init__(
+        self, backend: BackendState, total: float = 0.0, scores: Mapping[str, float] = NO_SCORES
+    ) -> None:
+        self.backend = backend
+        self.total = total
+        # Each scorer's own score (explaining only; shared and read-only otherwise).
+        self.scores = scores
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.backend.name!r}, total={self.total!r})"
 
 
 @runtime_checkable
@@ -103,6 +119,21 @@ class Scorer(Protocol):
     ) -> Sequence[float]: ...
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str: ...
+
+
+@runtime_checkable
+class SparseScorer(Scorer, Protocol):
+    """A scorer that rates most backends 0 (the prefix affinity: only the few holders of
+    a prompt's prefix score), and can say so without a column of zeros.
+
+    ``score_some`` gives the backends that score other than 0, by name (names outside
+    ``backends`` are ignored); ``score_all`` must agree with it. The kept results then add
+    its weight to those few totals alone (loadtests/README.md, routing decision time).
+    """
+
+    def score_some(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState]
+    ) -> Mapping[str, float]: ...
 
 
 @runtime_checkable

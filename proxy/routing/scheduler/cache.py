@@ -11,8 +11,10 @@ usable rates (``AcceptanceTracker.changes``), a pool's break-even band
 (checked by identity). The per-backend results are the plugins' own passes run over the
 changed backends only, so the formulas stay where they are, and
 tests/unit/routing/scheduler/test_decisions.py checks on random sequences of state changes
-that this path decides as a fresh computation does. Figures: loadtests/README.md (routing
-decision time).
+that this path decides as a fresh computation does. ``decide`` goes one step further for
+the max-score picker: each class keeps its leaders (``leaders.py``), so a request re-scores
+its few pending backends and chooses without a pass over the survivors. Figures:
+loadtests/README.md (routing decision time).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from dataclasses import dataclass, field
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
-from proxy.routing.scheduler.base import Filter, SchedulingContext
-from proxy.routing.scheduler.filters import BuiltinFilters
+from proxy.routing.scheduler.base import Filter, SchedulingContext, SparseScorer
+from proxy.routing.scheduler.filters import AcceptanceFloorFilter, BuiltinFilters, CanaryFilter
+from proxy.routing.scheduler.leaders import NONE, Leaders
+from proxy.routing.scheduler.pickers import MaxScorePicker
 from proxy.routing.scheduler.scorers import BuiltinScorers
 
 
@@ -40,6 +44,8 @@ class _Scores:
     generation: int = -1
     # Backends to re-score the next time they are candidates.
     pending: set[str] = field(default_factory=set)
+    # The best few, for a first choice without a pass over every total.
+    leaders: Leaders = field(default_factory=Leaders)
 
 
 @dataclass(slots=True)
@@ -93,6 +99,13 @@ class DecisionCache:
         # No leading built-in filters: a view of the whole fleet, every filter after it.
         self._leading = leading or BuiltinFilters()
         self._rest = tuple(rest)
+        # The acceptance floor when it is the only filter after the leading ones (the
+        # canary filter aside, a no-op without a running canary): ``decide`` then applies
+        # it to the few backends below the floor instead of a pass over the survivors.
+        floors = [f for f in self._rest if not isinstance(f, CanaryFilter)]
+        self._floor = floors[0] if len(floors) == 1 else None
+        self._floored = not floors or type(self._floor) is AcceptanceFloorFilter
+        self._canary = len(floors) < len(self._rest)
         self._builtin = builtin
         # Whether the built-in totals are multiplied by the backends' weights here (no
         # other scorer adds to them before that).
@@ -123,12 +136,7 @@ class DecisionCache:
     def candidates(self, ctx: SchedulingContext) -> tuple[list[BackendState], list[float] | None]:
         """The backends every filter keeps, stepped (break-even), and their built-in totals
         (None: the profile has no built-in scorers); the totals list is the caller's."""
-        self._drain()
-        model = ctx.request.model
-        group = self._groups.get(model)
-        if group is None:
-            group = self._groups[model] = self._new_group(model)
-        self._verdicts(ctx, group)
+        group = self._group(ctx)
         listed = group.backends
         backends = self._filter_rest(ctx, listed) if listed else listed
         if ctx.forced is not None and all(b.name != ctx.forced for b in backends):
@@ -139,12 +147,7 @@ class DecisionCache:
             self._step(group, _pick(group.unstepped, backends, listed, group.pos))
         if self._builtin is None:
             return backends, None
-        label = ctx.request.label
-        scores = group.classes.get(label)
-        if scores is None:
-            scores = group.classes[label] = _Scores()
-        if scores.generation != group.generation:
-            self._follow(group, scores)
+        scores = self._scores(ctx.request.label, group)
         if scores.pending:
             self._rescore(ctx, group, scores, backends)
         totals = scores.totals
@@ -152,6 +155,101 @@ class DecisionCache:
             return backends, totals.copy()
         pos = group.pos
         return backends, [totals[pos[b.name]] for b in backends]
+
+    def leads(self, ctx: SchedulingContext) -> bool:
+        """Whether ``decide`` may choose for this request: built-in totals that are the
+        whole score, or that sparse scores add to where the fleet has no policy weights
+        (they would multiply every total), and no filter after the leading ones but the
+        acceptance floor (and a canary filter while no canary runs)."""
+        weights = self._weigh or not self._fleet.weighted
+        return weights and self._floored and (ctx.canary is None or not self._canary)
+
+    def decide(
+        self,
+        ctx: SchedulingContext,
+        picker: MaxScorePicker,
+        sparse: Sequence[tuple[SparseScorer, float]] = (),
+    ) -> tuple[list[BackendState], list[float], frozenset[int], int] | None:
+        """The picker's first choice from the kept results, with no pass over the
+        survivors (``leaders.py``): the survivors, this request's totals (a copy, with
+        the ``sparse`` scorers' few scores added), the places the acceptance floor
+        excluded, and the chosen place (None: no backend is left)."""
+        group = self._group(ctx)
+        listed = group.backends
+        if not listed or self._builtin is None:
+            return None
+        skip = self._floored_out(ctx, group)
+        if group.unstepped:
+            self._step(group, _unstepped(group, skip))
+        scores = self._scores(ctx.request.label, group)
+        if scores.pending:
+            self._rescore_at(ctx, group, scores, skip)
+        totals = scores.totals
+        view, moved = self._sparse(ctx, group, totals, skip, sparse)
+        forced = ctx.forced
+        if forced is not None:
+            return listed, view, skip, group.pos[forced]
+        return listed, view, skip, scores.leaders.first(totals, skip, picker, view, moved)
+
+    @staticmethod
+    def _sparse(
+        ctx: SchedulingContext,
+        group: _Group,
+        totals: list[float],
+        skip: frozenset[int],
+        sparse: Sequence[tuple[SparseScorer, float]],
+    ) -> tuple[list[float], list[int] | None]:
+        """This request's totals: the kept ones, each sparse scorer's weighted scores
+        added in policy order where they are not 0 (as ``Scheduler._totals`` adds every
+        column), and the candidate places that moved."""
+        view = totals.copy()
+        if not sparse:
+            return view, None
+        pos, listed = group.pos, group.backends
+        moved: list[int] = []
+        for scorer, weight in sparse:
+            for name, score in scorer.score_some(ctx, listed).items():
+                i = pos.get(name)
+                if i is not None and i not in skip:
+                    view[i] = view[i] + weight * score
+                    if i not in moved:  # a place twice would count as a tie with itself
+                        moved.append(i)
+        return view, moved
+
+    def _group(self, ctx: SchedulingContext) -> _Group:
+        """The request's model's kept results, with the marks handed out and the leading
+        filters' survivors up to date."""
+        self._drain()
+        model = ctx.request.model
+        group = self._groups.get(model)
+        if group is None:
+            group = self._groups[model] = self._new_group(model)
+        self._verdicts(ctx, group)
+        return group
+
+    def _scores(self, label: str, group: _Group) -> _Scores:
+        scores = group.classes.get(label)
+        if scores is None:
+            scores = group.classes[label] = _Scores()
+        if scores.generation != group.generation:
+            self._follow(group, scores)
+        return scores
+
+    def _floored_out(self, ctx: SchedulingContext, group: _Group) -> frozenset[int]:
+        """The survivors' places the acceptance floor excludes for this request (with the
+        notes and the probe the filter leaves), from the few backends below the floor."""
+        floor = self._floor
+        if not isinstance(floor, AcceptanceFloorFilter):
+            return NONE
+        below = ctx.acceptance.below.get(ctx.request.label)
+        if not below:
+            return NONE
+        pos = group.pos
+        names = sorted((name for name in below if name in pos), key=pos.__getitem__)
+        dropped = floor.judge(ctx, names) if names else None
+        if not dropped or len(dropped) == len(pos):
+            return NONE  # nothing avoided, or everything: the soft filter is then skipped
+        return frozenset([pos[name] for name in dropped])
 
     def kept(self) -> list[tuple[str, str]]:
         """The (model, class) pairs with results kept."""
@@ -184,6 +282,8 @@ class DecisionCache:
             self._follow(group, scores)
         if scores.pending and listed:
             self._rescore(ctx, group, scores, listed)
+            if self._floored and self._weigh:
+                scores.leaders.lead(scores.totals, scores.leaders.skip)
 
     def _step(self, group: _Group, todo: list[BackendState]) -> None:
         """The break-even step for these candidates."""
@@ -294,6 +394,7 @@ class DecisionCache:
                 totals.append(old[i])
         scores.totals, scores.pos = totals, group.pos
         scores.generation = group.generation
+        scores.leaders = Leaders()  # places moved: chosen afresh when next needed
 
     def _filter_rest(
         self, ctx: SchedulingContext, backends: list[BackendState]
@@ -325,8 +426,10 @@ class DecisionCache:
             places = [i for name in pending if (i := pos.get(name)) is not None]
             values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
             self.rescored += len(values)
+            raised = scores.leaders.raised
             for i, value in zip(places, values, strict=True):
                 totals[i] = value
+                raised(i, value)
             if len(places) == len(pending):
                 pending.clear()
             else:
@@ -339,11 +442,45 @@ class DecisionCache:
         self.rescored += len(values)
         if backends is listed and len(todo) == len(listed):
             scores.totals = values
+            scores.leaders.bar = math.inf  # every total rewritten: chosen afresh
             pending.difference_update(pos)
             return
         pending.difference_update([b.name for b in todo])
+        raised = scores.leaders.raised
         for b, value in zip(todo, values, strict=True):
-            totals[pos[b.name]] = value
+            i = pos[b.name]
+            totals[i] = value
+            raised(i, value)
+
+    def _rescore_at(
+        self, ctx: SchedulingContext, group: _Group, scores: _Scores, skip: frozenset[int]
+    ) -> None:
+        """Re-score the pending candidates found through their places (those the floor
+        excluded stay pending; those no longer survivors come back through ``_follow``)
+        and tell the leaders."""
+        assert self._builtin is not None
+        pending, pos, listed = scores.pending, group.pos, group.backends
+        places = [i for name in pending if (i := pos.get(name)) is not None and i not in skip]
+        if places:
+            weigh = self._weigh and self._fleet.weighted
+            values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
+            self.rescored += len(values)
+            totals, raised = scores.totals, scores.leaders.raised
+            for i, value in zip(places, values, strict=True):
+                totals[i] = value
+                raised(i, value)
+        if len(places) == len(pending):
+            pending.clear()
+        else:
+            pending.intersection_update([listed[i].name for i in skip])
+
+
+def _unstepped(group: _Group, skip: frozenset[int]) -> list[BackendState]:
+    """The candidates (survivors not in ``skip``) the break-even step has not seen since
+    they changed."""
+    pos, listed = group.pos, group.backends
+    unstepped = group.unstepped
+    return [listed[i] for name in unstepped if (i := pos.get(name)) is not None and i not in skip]
 
 
 def _pick(

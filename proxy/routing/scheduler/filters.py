@@ -182,24 +182,28 @@ class AcceptanceFloorFilter:
     soft = True
 
     def filter(self, ctx: SchedulingContext, backends: list[BackendState]) -> list[BackendState]:
-        label = ctx.request.label
-        tracker = ctx.acceptance
-        below = tracker.below.get(label)
+        below = ctx.acceptance.below.get(ctx.request.label)
         if not below:
             return backends  # the common case: nothing to avoid for this class
-        kept: list[BackendState] = []
-        for backend in backends:
-            name = backend.name
-            if name not in below:
-                kept.append(backend)
-            elif ctx.forced is None and tracker.take_probe(name, label):
+        dropped = self.judge(ctx, [b.name for b in backends if b.name in below])
+        return [b for b in backends if b.name not in dropped] if dropped else backends
+
+    @staticmethod
+    def judge(ctx: SchedulingContext, below: list[str]) -> set[str]:
+        """Which of these candidates below the floor (in candidate order) are avoided:
+        all but the first whose turn to probe it is, when no backend is forced yet. The
+        kept results (``scheduler/cache.py``) call this with the few names alone."""
+        tracker, label, notes = ctx.acceptance, ctx.request.label, ctx.notes
+        dropped: set[str] = set()
+        for name in below:
+            if ctx.forced is None and tracker.take_probe(name, label):
                 # A probe must really reach the backend, whatever the scorers think.
-                ctx.notes[name] = BackendNote.ACCEPTANCE_PROBE
+                notes[name] = BackendNote.ACCEPTANCE_PROBE
                 ctx.forced = name
-                kept.append(backend)
             else:
-                ctx.notes[name] = BackendNote.BELOW_FLOOR
-        return kept
+                notes[name] = BackendNote.BELOW_FLOOR
+                dropped.add(name)
+        return dropped
 
 
 class CanaryFilter:

@@ -45,7 +45,13 @@ class MaxScorePicker:
         floor = best - self.tie_epsilon
         if len(ranked) < 2 or ranked[-2] < floor:
             return totals.index(best)
-        return self._random.choice([i for i, t in enumerate(totals) if t >= floor])
+        return self.among([i for i, t in enumerate(totals) if t >= floor])
+
+    def among(self, ties: list[int]) -> int:
+        """One of two or more backends tied at the top (within ``tie_epsilon`` of the best,
+        in candidate order), at random. The scheduler's kept results find the best without
+        ``first`` (``scheduler/leaders.py``) and settle a tie here, so both draw alike."""
+        return self._random.choice(ties)
 
     def order(
         self, ctx: SchedulingContext, backends: Sequence[BackendState], totals: Sequence[float]

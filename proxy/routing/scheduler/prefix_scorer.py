@@ -35,16 +35,24 @@ class PrefixAffinityScorer:
         return ctx.prefix.held(chunks), len(chunks)
 
     def score_all(self, ctx: SchedulingContext, backends: Sequence[BackendState]) -> list[float]:
-        prefix, chunks = ctx.prefix, ctx.request.prefix_chunks
-        held = prefix.held(chunks) if prefix is not None and len(chunks) >= self.min_chunks else {}
-        if not held or prefix is None:
+        scores = self.score_some(ctx, backends)
+        if not scores:
             return [0.0] * len(backends)
-        # Only the few holders are weighed; every other backend scores 0.
-        total = len(chunks)
-        scores = {
-            name: covered_share(run, total) * prefix.confidence(name) for name, run in held.items()
-        }
         return [scores.get(b.name, 0.0) for b in backends]
+
+    def score_some(
+        self, ctx: SchedulingContext, backends: Sequence[BackendState]
+    ) -> dict[str, float]:
+        """The few holders of the prompt's leading chunks and their scores (every other
+        backend scores 0; ``SparseScorer``)."""
+        prefix, chunks = ctx.prefix, ctx.request.prefix_chunks
+        if prefix is None or len(chunks) < self.min_chunks:
+            return {}
+        total = len(chunks)
+        return {
+            name: covered_share(run, total) * prefix.confidence(name)
+            for name, run in prefix.held(chunks).items()
+        }
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         held, total = self._held(ctx)

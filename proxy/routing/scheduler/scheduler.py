@@ -17,14 +17,18 @@ Most requests change the state of one or two backends, so the request path keeps
 backend's filter verdict, break-even step and built-in score between requests and redoes
 them only for the backends written since (``scheduler/cache.py``; every write to a
 backend's state marks it); explanations, retries that exclude backends and requests split
-by a running canary recompute everything, as ``Scheduler(cache=False)`` always does.
+by a running canary recompute everything, as ``Scheduler(cache=False)`` always does. With
+the max-score picker and no scorer but the built-ins and sparse ones (prefix affinity),
+the first choice comes from each class's kept leaders (``scheduler/leaders.py``), the
+acceptance floor looks at the few backends below it, and a sparse scorer's few scores are
+added to a copy of the kept totals: no pass over the candidates per request.
 Figures: loadtests/README.md (routing decision time).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -44,9 +48,11 @@ from proxy.routing.scheduler.base import (
     Picker,
     SchedulingContext,
     Scorer,
+    SparseScorer,
 )
 from proxy.routing.scheduler.cache import DecisionCache
 from proxy.routing.scheduler.filters import BuiltinFilters
+from proxy.routing.scheduler.pickers import MaxScorePicker
 from proxy.routing.scheduler.scorers import (
     AcceptanceScorer,
     BreakEvenScorer,
@@ -60,24 +66,50 @@ BUILTIN_SCORERS = (BreakEvenScorer, AcceptanceScorer, LoadScorer)
 ROUTE_SCORERS = ("break_even", "acceptance", "latency")
 
 
-@dataclass(slots=True)
 class Decision:
     """The outcome of scheduling one request: the first choice, the others, and why.
 
     The request path needs only the first choice (a retry schedules again, without the
     backends already tried), so the full order is built only when someone asks for it.
+    A plain class with slots: one is made per request, and a dataclass's field defaults
+    (a dict and two lists made for every decision) cost more than the rest of it.
     """
 
-    request: RequestInfo
-    chosen: Candidate | None
-    # What the plugins saw and noted (None: a decision not made by a scheduler).
-    context: SchedulingContext | None = None
-    dropped: dict[str, str] = field(default_factory=dict)
-    # Either the picker's full order (explaining), or what it is built from on demand:
-    # the scored backends and their totals.
-    full_order: list[Candidate] | None = None
-    backends: list[BackendState] = field(default_factory=list)
-    totals: list[float] = field(default_factory=list)
+    __slots__ = (
+        "backends",
+        "chosen",
+        "context",
+        "dropped",
+        "full_order",
+        "request",
+        "skip",
+        "totals",
+    )
+
+    def __init__(
+        self,
+        request: RequestInfo,
+        chosen: Candidate | None,
+        context: SchedulingContext | None = None,
+        dropped: dict[str, str] | None = None,
+        full_order: list[Candidate] | None = None,
+        backends: Sequence[BackendState] = (),
+        totals: list[float] | None = None,
+        skip: frozenset[int] = frozenset(),
+    ) -> None:
+        self.request = request
+        self.chosen = chosen
+        # What the plugins saw and noted (None: a decision not made by a scheduler).
+        self.context = context
+        # Which filter dropped each backend (explaining only).
+        self.dropped = dropped if dropped is not None else {}
+        # Either the picker's full order (explaining), or what it is built from on demand:
+        # the scored backends and their totals, but for the places in ``skip`` (the
+        # acceptance floor's, when the kept results decided).
+        self.full_order = full_order
+        self.backends = backends
+        self.totals = totals if totals is not None else []
+        self.skip = skip
 
     @property
     def notes(self) -> dict[str, BackendNote]:
@@ -86,11 +118,11 @@ class Decision:
     @property
     def ordered(self) -> list[Candidate]:
         if self.full_order is None:
-            chosen = self.chosen
+            chosen, skip = self.chosen, self.skip
             rest = [
                 Candidate(b, t)
-                for b, t in zip(self.backends, self.totals, strict=True)
-                if chosen is None or b is not chosen.backend
+                for i, (b, t) in enumerate(zip(self.backends, self.totals, strict=True))
+                if i not in skip and (chosen is None or b is not chosen.backend)
             ]
             self.full_order = [chosen, *rest] if chosen is not None else rest
         return self.full_order
@@ -145,6 +177,11 @@ class _Profile:
     # Whether a weighted break-even scorer decides: the route's kind then says whether the
     # chosen speculative backend was below its break-even.
     break_even_decides: bool
+    # The max-score picker over built-in scorers, followed by sparse ones only: the kept
+    # results may then find its first choice without a pass over the candidates
+    # (``scheduler/leaders.py``), adding the sparse scorers' few scores per request.
+    leads: MaxScorePicker | None
+    sparse: tuple[tuple[SparseScorer, float], ...]
 
 
 class Scheduler:
@@ -198,15 +235,21 @@ class Scheduler:
         weighted = [scorer for scorer, weight in scorers if weight > 0]
         filters = tuple(registry.build_filter(spec) for spec in routing.filters)
         builtin, extra = _split_builtin(scorers)
+        picker = registry.build_picker(routing.picker)
+        sparse = tuple((s, w) for s, w in extra if isinstance(s, SparseScorer))
+        leads = type(picker) is MaxScorePicker and builtin is not None
+        leads = leads and len(sparse) == len(extra)
         return _Profile(
             filters=filters,
             scorers=scorers,
-            picker=registry.build_picker(routing.picker),
+            picker=picker,
             leading=BuiltinFilters.leading(filters),
             builtin=builtin,
             extra=extra,
             route_scorers=tuple(s for s in weighted if s.name in ROUTE_SCORERS),
             break_even_decides=any(s.name == "break_even" for s in weighted),
+            leads=picker if leads and isinstance(picker, MaxScorePicker) else None,
+            sparse=sparse,
         )
 
     def apply_policy(self, policy: Policy) -> None:
@@ -222,6 +265,8 @@ class Scheduler:
         cache = self._cache
         base: list[float] | None = None
         if cache is not None and cache.covers(ctx):
+            if profile.leads is not None and cache.leads(ctx):
+                return self._kept(ctx, cache, profile.leads, profile.sparse)
             # The same filters and steps, redone only where something changed.
             backends, base = cache.candidates(ctx)
         else:
@@ -236,7 +281,22 @@ class Scheduler:
         totals = self._totals(profile, ctx, backends, None, base)
         first = profile.picker.first(ctx, backends, totals)
         chosen = Candidate(backends[first], totals[first])
-        return Decision(request, chosen, ctx, backends=backends, totals=totals)
+        return Decision(request, chosen, ctx, None, None, backends, totals)
+
+    def _kept(
+        self,
+        ctx: SchedulingContext,
+        cache: DecisionCache,
+        picker: MaxScorePicker,
+        sparse: tuple[tuple[SparseScorer, float], ...],
+    ) -> Decision:
+        """The first choice from the kept totals and their leaders (``cache.decide``)."""
+        found = cache.decide(ctx, picker, sparse)
+        if found is None:
+            return Decision(ctx.request, None, ctx)
+        backends, totals, skip, first = found
+        chosen = Candidate(backends[first], totals[first])
+        return Decision(ctx.request, chosen, ctx, None, None, backends, totals, skip)
 
     def refresh(self) -> None:
         """Re-derive what the scheduler keeps between requests after a write to many
@@ -255,6 +315,7 @@ class Scheduler:
         return self._cache.rescored if self._cache is not None else None
 
     def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
+        # Positional: one is made per request, and keywords cost more than the rest.
         return SchedulingContext(
             request,
             self.fleet,
@@ -263,8 +324,10 @@ class Scheduler:
             self.break_even,
             self.latency,
             self.canary,
-            explain=explain,
-            prefix=self.prefix,
+            {},
+            explain,
+            None,
+            self.prefix,
         )
 
     def _filter(
@@ -358,9 +421,10 @@ class Scheduler:
         if chosen is None:
             return RouteReason(RouteKind.NONE, "no eligible backend")
         backend = chosen.backend
-        note = decision.notes.get(backend.name)
+        ctx = decision.context
+        note = ctx.notes.get(backend.name) if ctx is not None and ctx.notes else None
         kind = self._route_kind(backend, note)
-        return RouteReason(kind, explain=partial(self._reason_text, decision, note))
+        return RouteReason(kind, None, partial(self._reason_text, decision, note))
 
     def _reason_text(self, decision: Decision, note: BackendNote | None) -> str:
         chosen = decision.chosen

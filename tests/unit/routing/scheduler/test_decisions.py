@@ -22,6 +22,7 @@ from proxy.records import RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.prefix import PrefixIndex
 from proxy.routing.scheduler import cache as cache_module
 from proxy.routing.scheduler import filters as filters_module
 from proxy.routing.scheduler.base import BackendNote, SchedulingContext
@@ -38,15 +39,20 @@ METHODS = [
 
 
 def fleet_policy(
-    rng: random.Random, routing: dict[str, Any] | None = None, size: int = 24, learn: bool = False
+    rng: random.Random,
+    routing: dict[str, Any] | None = None,
+    size: int = 24,
+    learn: bool = False,
+    weighted: float = 0.2,
 ) -> Policy:
     """A random fleet of up to ``size`` backends (``learn``: EAGLE's break-even learned
-    after a few requests, so it moves)."""
+    after a few requests, so it moves; ``weighted``: each backend's chance of a policy
+    weight other than 1)."""
     backends = []
     for i in range(rng.randint(1, size)):
         pool, method, k = METHODS[rng.randrange(len(METHODS))]
         extra: dict[str, Any] = {"max_concurrency": rng.choice([4, 16, 256])}
-        if rng.random() < 0.2:
+        if rng.random() < weighted:
             extra["weight"] = rng.choice([0.5, 2.0])
         if rng.random() < 0.1:
             extra["model"] = "other"
@@ -364,7 +370,24 @@ def cached_and_fresh(
     return cached, computed
 
 
-@pytest.mark.parametrize("routing", ROUTINGS)
+# The default scorers with prefix affinity after them (a sparse scorer, added per request
+# to the kept totals), and the same profile with its affinity left out by weight 0.
+AFFINITY: list[dict[str, Any] | None] = [
+    {
+        "scorers": [
+            {"type": "break_even", "weight": 4, "params": {"plain_score": 1.0}},
+            {"type": "acceptance", "weight": 1},
+            {"type": "load", "weight": 4},
+            {"type": "prefix_affinity", "weight": weight},
+        ]
+    }
+    for weight in (2, 0)
+]
+# Prompts of 1 to 6 chunks (one chunk is below the scorer's ``min_chunks``).
+PROMPTS = [tuple(range(100 * k, 100 * k + k % 6 + 1)) for k in range(1, 9)]
+
+
+@pytest.mark.parametrize("routing", ROUTINGS + AFFINITY)
 def test_kept_results_decide_as_a_fresh_computation_through_any_changes(
     routing: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -375,12 +398,15 @@ def test_kept_results_decide_as_a_fresh_computation_through_any_changes(
     rng = random.Random(11)
     compared = changed_choice = 0
     for _ in range(25):
-        policy = fleet_policy(rng, routing, size=40, learn=True)
+        # Half the fleets without policy weights (sparse scores are then added to the
+        # kept totals; with weights, to a fresh copy of every total).
+        policy = fleet_policy(rng, routing, size=40, learn=True, weighted=rng.choice([0, 0.2]))
         fleet = Fleet(policy)
         acceptance = AcceptanceTracker(policy.acceptance)
         break_even = BreakEvenModel(policy)
-        s = Scheduler(policy, fleet, acceptance, break_even)
-        fresh = Scheduler(policy, fleet, acceptance, break_even, cache=False)
+        index = PrefixIndex()
+        s = Scheduler(policy, fleet, acceptance, break_even, prefix=index)
+        fresh = Scheduler(policy, fleet, acceptance, break_even, prefix=index, cache=False)
         for b in fleet.backends.values():
             b.healthy = rng.random() > 0.1
             b.others_inflight = rng.randint(0, 40)
@@ -389,11 +415,15 @@ def test_kept_results_decide_as_a_fresh_computation_through_any_changes(
             kinds = changes(rng, s, clock)
             for change in rng.choices(kinds, weights, k=rng.choice([0, 1, 1, 2, 3])):
                 change()
+            if rng.random() < 0.3:  # a response served: its prompt's holder is recorded
+                index.record(rng.choice(PROMPTS), rng.choice(list(fleet.backends)))
             request = (
                 random_request(rng, s)
                 if rng.random() < 0.1
                 else RequestInfo(
-                    model=rng.choice(["m", "m", "m", "other"]), label=rng.choice(["chat", "code"])
+                    model=rng.choice(["m", "m", "m", "other"]),
+                    label=rng.choice(["chat", "code"]),
+                    prefix_chunks=rng.choice(PROMPTS),
                 )
             )
             cached, computed = cached_and_fresh(s, fresh, request, rng.random())
