@@ -315,7 +315,6 @@ class Scheduler:
         return self._cache.rescored if self._cache is not None else None
 
     def _context(self, request: RequestInfo, explain: bool = False) -> SchedulingContext:
-        # Positional: one is made per request, and keywords cost more than the rest.
         return SchedulingContext(
             request,
             self.fleet,
@@ -324,10 +323,8 @@ class Scheduler:
             self.break_even,
             self.latency,
             self.canary,
-            {},
-            explain,
-            None,
-            self.prefix,
+            explain=explain,
+            prefix=self.prefix,
         )
 
     def _filter(
