@@ -25,8 +25,12 @@ def ask(url: str, messages: list[dict[str, str]]) -> tuple[str, int]:
     return resp.headers["x-specroute-backend"], int(details.get("cached_tokens") or 0)
 
 
-def indexed_chunks(url: str) -> int:
-    return int(httpx.get(url + "/admin/fleet", timeout=5).json()["prefix_index"]["chunks"])
+def affinity(url: str, messages: list[dict[str, str]]) -> dict[str, float]:
+    """The gateway at ``url``'s prefix-affinity score of each backend for this
+    conversation now (``/admin/explain``: nothing is sent)."""
+    body = {"model": MODEL, "messages": messages, "max_tokens": 4}
+    report = httpx.post(url + "/admin/explain", json=body, timeout=5).json()
+    return {row["backend"]: row["scores"]["prefix_affinity"] for row in report["candidates"]}
 
 
 def test_a_follow_up_on_the_other_replica_finds_its_engine(
@@ -52,14 +56,16 @@ def test_a_follow_up_on_the_other_replica_finds_its_engine(
         for n in range(4):
             opening = [{"role": "user", "content": f"Document {n}:\n{DOCUMENT}\nQ1?"}]
             served_by, _ = ask(first, opening)
+            follow = [*opening, {"role": "assistant", "content": "A1."}]
+            follow.append({"role": "user", "content": "Q2?"})
             # The first replica's record reaches the second's index within a few syncs.
+            # (Counting the second's chunks is not enough: its own records of earlier
+            # follow-ups count too, and may be what the count waited for.)
             wait_for(
-                lambda want=4 * (n + 1): indexed_chunks(second) >= want,
+                lambda follow=follow, at=served_by: affinity(second, follow)[at] > 0,
                 10,
                 "the second replica merged the first's records",
             )
-            follow = [*opening, {"role": "assistant", "content": "A1."}]
-            follow.append({"role": "user", "content": "Q2?"})
             backend, cached = ask(second, follow)
             assert backend == served_by
             assert cached > 0
