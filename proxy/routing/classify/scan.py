@@ -149,31 +149,34 @@ def _open_block(line: str) -> bool:
     return line.endswith(":") and line.partition(" ")[0] in p.BLOCK_HEADERS
 
 
-def _needles(text: str, rows: int) -> tuple[bool, bool, bool, bool, bool]:
-    """Which per-line tests can find anything in ``text`` of ``rows`` lines: traces, diffs,
-    shell prompts, table rows, document tags.
+def _trace_needles(text: str) -> bool:
+    """Does ``text`` (of short lines) show signs of a log or stack trace, so that its lines
+    are worth testing for trace lines? (A text of long lines always is: see
+    :meth:`_LineReader._trace_gate`.)
 
-    Whole-text substring checks run in C and spare most texts the per-line tests. Single
-    characters are found with memchr; the trace and diff needles cost about 6 ns per
-    character of text, the tests they spare a fraction of a microsecond per line: a text of
-    a few long lines (a pasted document) is cheaper to test line by line.
+    A multi-character needle costs about half a nanosecond per character of text here, one
+    character found with memchr a twentieth of that: each needle with a character that
+    prose and code rarely hold is looked for only when that character is present.
     """
-    if rows * _LONG_ROWS <= len(text):
-        traces = diffs = True
-    else:
-        traces = (
-            "Traceback" in text
-            or 'File "' in text
-            or "\tat " in text
-            or "  at " in text
-            or "rror" in text
-            or "Exception" in text
-            or "arning" in text
-            or "-->" in text
-        )
-        diffs = "@@ -" in text or "diff --git" in text or "+++ b/" in text
-    shells = "$" in text or ">" in text or "@" in text
-    return traces, diffs, shells, "|" in text, "<" in text
+    return (
+        ("T" in text and "Traceback" in text)
+        or ('"' in text and 'File "' in text)
+        or ("\t" in text and "\tat " in text)
+        or "  at " in text
+        or "rror" in text
+        or ("E" in text and "Exception" in text)
+        or "arning" in text
+        or (">" in text and "-->" in text)
+    )
+
+
+def _diff_needles(text: str) -> bool:
+    """Does ``text`` (of short lines) show signs of a diff (see :func:`_trace_needles`)?"""
+    return (
+        ("@" in text and "@@ -" in text)
+        or ("-" in text and "diff --git" in text)
+        or ("+" in text and "+++ b/" in text)
+    )
 
 
 @dataclass(slots=True)
@@ -246,7 +249,7 @@ def _line_is_code(
             return None
         if tags and line[0] == "<" and raw[0] == "<" and p.DOC_TAG.match(line):
             # "<context>", "<document index=1>": the wrapper of supplied text, counted as a
-            # document tag (by _scan_text), not markup to work on.
+            # document tag (by _marks), not markup to work on.
             return None
     # Long lines, sentences and bullets are prose; anything else may be code.
     code = (
@@ -292,65 +295,283 @@ def _settle_dialogue(
         shape.open_block = False
 
 
+def _plain(line: str) -> bool:
+    """Is this line, which cannot be code (too long, or ending like a sentence), also no
+    speaker's, shell prompt, table row, document tag or document marker?
+
+    Most lines of prose pass these few C-level tests, which stand for the whole of
+    :func:`_line_is_code` and :func:`_doc_marker` (several calls and regex matches a line):
+    speakers and markers need a colon in the first 100 chars, shell prompts a prefix or an
+    early "@", table rows, tags and bracketed or heading markers their first character.
+    """
+    return (
+        line[0] not in "[#|<"
+        and line.find(":", 0, 100) < 0
+        and line.find("@", 0, 48) < 0
+        and not line.startswith(p.SHELL_STARTS)
+    )
+
+
+def _may_trace(joined: str) -> bool:
+    """Can any of the lines in ``joined`` (stripped lines joined by newlines) be a trace
+    line? Each test of :func:`_trace_line` needs one of these substrings, each substring
+    the character looked for first (see :func:`_trace_needles`)."""
+    return (
+        ("E" in joined and ("Error" in joined or "Exception" in joined))
+        or ('"' in joined and 'File "' in joined)
+        or ("T" in joined and "Traceback (most recent call last)" in joined)
+        or (
+            ":" in joined  # "at ..." lines end in a location, as SOURCE_LOCATION does
+            and (
+                joined.startswith("at ")
+                or "\nat " in joined
+                or p.SOURCE_LOCATION_HINT.search(joined) is not None
+            )
+        )
+    )
+
+
+def _may_diff(joined: str) -> bool:
+    """Can any of the lines in ``joined`` be a diff line (see :func:`_diff_line`)?"""
+    return (
+        ("-" in joined and ("diff --git " in joined or "--- a/" in joined))
+        or ("+" in joined and "+++ b/" in joined)
+        or ("@" in joined and "@@ -" in joined)
+    )
+
+
+def _fence_rows(text: str, stripped: list[str]) -> list[int]:
+    """Indices of the lines that open or close a code fence, in order.
+
+    Found in the stripped lines joined by newlines (a fence starts the text or follows a
+    newline there) by looking for its character with memchr, not by testing every line.
+    """
+    if ("`" not in text or "```" not in text) and ("~" not in text or "~~~" not in text):
+        return []
+    joined = "\n".join(stripped)
+    found: list[int] = []
+    for fence in p.FENCES:
+        mark = fence[0]
+        at = joined.find(mark)
+        while at >= 0:
+            if joined.startswith(fence, at) and (at == 0 or joined[at - 1] == "\n"):
+                found.append(joined.count("\n", 0, at))
+            at = joined.find(mark, at + 1)
+    found.sort()
+    return found
+
+
+class _LineReader:
+    """One pass over the lines of a text, run by run between code fences: lines outside a
+    fence are read one by one, the lines inside one are all code and are counted whole."""
+
+    __slots__ = (
+        "diffs",
+        "in_fence",
+        "last",
+        "last_code",
+        "lines",
+        "long_rows",
+        "marking",
+        "rows",
+        "shape",
+        "shells",
+        "speakers",
+        "stripped",
+        "tables",
+        "tags",
+        "text",
+        "traces",
+    )
+
+    def __init__(self, text: str, rows: list[str], lines: Lines, shape: TextShape | None) -> None:
+        self.text = text
+        self.rows = rows
+        self.stripped = list(map(str.strip, self.rows))
+        # Per-line trace and diff tests apply to a text of long lines (a pasted document:
+        # few lines, cheap to test), or of short ones with a trace's or diff's signs; the
+        # signs are looked for when some line could be one (None: not looked for yet).
+        self.long_rows = len(self.rows) * _LONG_ROWS <= len(text)
+        self.traces: bool | None = True if self.long_rows else None
+        self.diffs: bool | None = True if self.long_rows else None
+        # Single characters, found with memchr: which per-line tests can find anything.
+        self.shells = "$" in text or ">" in text or "@" in text
+        self.tables = "|" in text
+        self.tags = "<" in text
+        self.lines = lines
+        self.shape = shape
+        # Every speaker's line holds ": " (see _line_is_code).
+        self.speakers = _Speakers() if ":" in text and ": " in text else None
+        self.in_fence = False
+        # Inside a block a document marker opened, up to a question key (last user turn only).
+        self.marking = False
+        # The last non-blank line and whether it was code: an open block, an open turn.
+        self.last = -1
+        self.last_code = False
+
+    def read(self) -> None:
+        start = 0
+        for fence in _fence_rows(self.text, self.stripped):
+            self._read_run(start, fence)
+            self._fence(fence)
+            start = fence + 1
+        self._read_run(start, len(self.rows))
+        self._finish()
+
+    def _read_run(self, start: int, stop: int) -> None:
+        if start >= stop:
+            return
+        if self.in_fence:
+            self._read_fenced(start, stop)
+        else:
+            self._read_plain(start, stop)
+
+    def _trace_gate(self, joined: str) -> bool:
+        """Are the lines in ``joined`` to be tested for trace lines? Only if the text's
+        signs call for it and some line can be one; the signs are read once per text."""
+        if not _may_trace(joined):
+            return False
+        if self.traces is None:
+            self.traces = _trace_needles(self.text)
+        return self.traces
+
+    def _diff_gate(self, joined: str) -> bool:
+        """Are the lines in ``joined`` to be tested for diff lines (as :meth:`_trace_gate`)?"""
+        if not _may_diff(joined):
+            return False
+        if self.diffs is None:
+            self.diffs = _diff_needles(self.text)
+        return self.diffs
+
+    def _fence(self, index: int) -> None:
+        self.lines.fences += 1
+        self.in_fence = not self.in_fence
+        self.last, self.last_code = index, False
+
+    def _read_plain(self, start: int, stop: int) -> None:
+        """Lines outside a code fence, one by one. Counted in locals and added once: attribute
+        updates per line cost a tenth of the loop."""
+        rows, stripped, lines, shape, speakers = (
+            self.rows,
+            self.stripped,
+            self.lines,
+            self.shape,
+            self.speakers,
+        )
+        joined = "\n".join(stripped[start:stop])
+        traces, diffs = self._trace_gate(joined), self._diff_gate(joined)
+        shells, tables, tags = self.shells, self.tables, self.tags
+        marking, last, last_code = self.marking, self.last, self.last_code
+        code_lines = code_chars = doc_markers = trace_lines = diff_lines = marked = 0
+        for index in range(start, stop):
+            line = stripped[index]
+            if not line:
+                continue
+            last = index
+            size = len(line)
+            if (size > p.LONG_LINE or line.endswith(p.SENTENCE_ENDS)) and _plain(line):
+                code = False
+            else:
+                verdict = _line_is_code(line, rows[index], lines, speakers, shells, tables, tags)
+                if verdict is None:
+                    last_code = False
+                    continue
+                code = verdict
+                if code:
+                    code_lines += 1
+                    code_chars += size
+                elif _doc_marker(line):
+                    doc_markers += 1
+                    if shape is not None:
+                        marking = not _question_key(line)
+                        if line[0] == "[":
+                            shape.numbered += 1
+            last_code = code
+            if marking:
+                marked += size
+            if traces and _trace_line(line):
+                trace_lines += 1
+            elif diffs and _diff_line(line):
+                diff_lines += 1
+        self.marking, self.last, self.last_code = marking, last, last_code
+        lines.code_lines += code_lines
+        lines.code_chars += code_chars
+        lines.doc_markers += doc_markers
+        lines.trace_lines += trace_lines
+        lines.diff_lines += diff_lines
+        if shape is not None:  # marking is only ever set for the last user turn
+            shape.marked_chars += marked
+
+    def _read_fenced(self, start: int, stop: int) -> None:
+        """Lines inside a code fence: every non-blank one is code, counted whole in C."""
+        run = self.stripped[start:stop]
+        sizes = list(map(len, run))
+        chars = sum(sizes)
+        if not chars:
+            return
+        self.lines.code_lines += len(sizes) - sizes.count(0)
+        self.lines.code_chars += chars
+        if self.marking and self.shape is not None:
+            self.shape.marked_chars += chars
+        last = stop - 1
+        while not self.stripped[last]:
+            last -= 1
+        self.last, self.last_code = last, True
+        self._test_fenced(run)
+
+    def _test_fenced(self, run: list[str]) -> None:
+        """Trace and diff lines in a fence, tested one by one only when some line may be one."""
+        joined = "\n".join(run)
+        traces, diffs = self._trace_gate(joined), self._diff_gate(joined)
+        if not (traces or diffs):
+            return
+        for line in run:
+            if not line:
+                continue
+            if traces and _trace_line(line):
+                self.lines.trace_lines += 1
+            elif diffs and _diff_line(line):
+                self.lines.diff_lines += 1
+
+    def _finish(self) -> None:
+        lines, shape = self.lines, self.shape
+        lines.text_chars += sum(map(len, self.stripped))
+        if self.last < 0:
+            return
+        last_raw = self.rows[self.last]
+        if shape is not None and self.last_code:
+            shape.open_block = _open_block(last_raw.strip())
+        speakers = self.speakers
+        if speakers is not None and speakers.lines:
+            _settle_dialogue(speakers, last_raw, self.last_code, lines, shape)
+
+
+def _read_prose_line(text: str, line: str, lines: Lines) -> bool:
+    """Add ``text``, a single line (``line`` stripped), to ``lines`` if it is plain prose, as
+    most turns of a conversation are (one paragraph); return whether it was. What
+    :class:`_LineReader` does for such a line, without its set-up."""
+    if (
+        not line
+        or not (len(line) > p.LONG_LINE or line.endswith(p.SENTENCE_ENDS))
+        or line.startswith(p.FENCES)
+        or not _plain(line)
+    ):
+        return False
+    lines.text_chars += len(line)
+    long_rows = len(text) >= _LONG_ROWS  # one row: see _LineReader
+    if _may_trace(line) and (long_rows or _trace_needles(text)) and _trace_line(line):
+        lines.trace_lines += 1
+    elif _may_diff(line) and (long_rows or _diff_needles(text)) and _diff_line(line):
+        lines.diff_lines += 1
+    return True
+
+
 def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None:
     """Add the lines of ``text`` to ``lines``; ``shape`` (the last user turn) gets its layout."""
     rows = text.splitlines()
-    traces, diffs, shells, tables, tags = _needles(text, len(rows))
-    speakers = _Speakers() if ":" in text else None  # every speaker's line holds ": "
-    in_fence = False
-    # Inside a block a document marker opened, up to a question key (last user turn only).
-    marking = False
-    last_raw = ""  # the last non-blank line and whether it was code: an open block, an open turn
-    last_code = False
-    # Counted in locals and added once: attribute updates per line cost a tenth of the loop.
-    text_chars = code_lines = code_chars = fences = doc_markers = trace_lines = diff_lines = 0
-    for raw in rows:
-        line = raw.strip()
-        if not line:
-            continue
-        size = len(line)
-        text_chars += size
-        last_raw = raw
-        if line.startswith(p.FENCES):
-            fences += 1
-            in_fence = not in_fence
-            last_code = False
-            continue
-        if in_fence:
-            code = True
-        else:
-            verdict = _line_is_code(line, raw, lines, speakers, shells, tables, tags)
-            if verdict is None:
-                last_code = False
-                continue
-            code = verdict
-        last_code = code
-        if code:
-            code_lines += 1
-            code_chars += size
-        elif _doc_marker(line):
-            doc_markers += 1
-            if shape is not None:
-                marking = not _question_key(line)
-                if line[0] == "[":
-                    shape.numbered += 1
-        if marking and shape is not None:  # mypy: shape is set whenever marking is
-            shape.marked_chars += size
-        if traces and _trace_line(line):
-            trace_lines += 1
-        elif diffs and _diff_line(line):
-            diff_lines += 1
-    lines.text_chars += text_chars
-    lines.code_lines += code_lines
-    lines.code_chars += code_chars
-    lines.fences += fences
-    lines.doc_markers += doc_markers
-    lines.trace_lines += trace_lines
-    lines.diff_lines += diff_lines
-    if shape is not None and last_code:
-        shape.open_block = _open_block(last_raw.strip())
-    if speakers is not None and speakers.lines:
-        _settle_dialogue(speakers, last_raw, last_code, lines, shape)
+    if len(rows) == 1 and shape is None and _read_prose_line(text, rows[0].strip(), lines):
+        return
+    _LineReader(text, rows, lines, shape).read()
 
 
 def lines_alone(text: str) -> Lines:
@@ -371,7 +592,7 @@ def _read_lines(request: RequestText, text: str, lines: Lines, shape: TextShape 
 
 @dataclass(frozen=True, slots=True)
 class Marks:
-    """What the whole-text checks of :func:`_scan_text` find in a text read on its own."""
+    """What the whole-text checks of :func:`_marks` find in a text read on its own."""
 
     doc_tags: int
     fim: bool
@@ -380,49 +601,57 @@ class Marks:
 
 
 def marks_alone(text: str) -> Marks:
-    found = Scan()
-    _scan_text(text, found)
-    return Marks(found.doc_tags, found.fim, found.trace_text, found.exception)
+    return _marks(text)
 
 
 def _read_marks(request: RequestText, text: str, found: Scan, shape: TextShape | None) -> None:
     memo = request.memo
     if shape is not None or memo is None or len(text) < memo.marks.min_chars:
-        _scan_text(text, found, shape)
-        return
-    marks = memo.marks(text)
-    # _scan_text adds at most 10 tags per text and only ever sets the flags.
+        marks = _marks(text, shape)
+    else:
+        marks = memo.marks(text)
+    # Tags add up (at most 10 per text); the other marks are found in any text or not.
     found.doc_tags += marks.doc_tags
     found.fim = found.fim or marks.fim
     found.trace_text = found.trace_text or marks.trace_text
     found.exception = found.exception or marks.exception
 
 
-def _scan_text(text: str, found: Scan, shape: TextShape | None = None) -> None:
-    if "<" in text:
-        tags = 0
-        first = end = -1
-        for tag in p.DOC_TAG.finditer(text):
-            tags += 1
-            if first < 0:
-                first = tag.start()
-            if text.startswith("</", tag.start()):
-                # The pattern stops after the name: the span ends at the tag's ">".
-                end = text.find(">", tag.end(), tag.end() + 8) + 1 or tag.end()
-        found.doc_tags += min(tags, 10)
-        if shape is not None and end > first:
-            shape.tagged_chars = end - first
-        if not found.fim and ("fim" in text or "FIM" in text or "<PRE>" in text):
-            found.fim = p.FIM.search(text) is not None
-    if not found.trace_text:
-        found.trace_text = (
-            "panicked at" in text
-            or "Segmentation fault" in text
-            or "error[E" in text
-            or "npm ERR!" in text
-        )
-    if not found.exception and ("Error" in text or "Exception" in text):
-        found.exception = p.EXCEPTION_NAME.search(text) is not None
+def _marks(text: str, shape: TextShape | None = None) -> Marks:
+    """The whole-text marks of ``text``; ``shape`` (the last user turn) gets the span of its
+    document tags. Each multi-character needle is looked for only when one of its rarer
+    characters is in the text (found with memchr, see :func:`_trace_needles`)."""
+    doc_tags, fim = _doc_tags(text, shape) if "<" in text else (0, False)
+    trace_text = (
+        ("k" in text and "panicked at" in text)
+        or ("S" in text and "Segmentation fault" in text)
+        or ("[" in text and "error[E" in text)
+        or ("!" in text and "npm ERR!" in text)
+    )
+    exception = (
+        "E" in text
+        and ("Error" in text or "Exception" in text)
+        and p.EXCEPTION_NAME.search(text) is not None
+    )
+    return Marks(doc_tags, fim, trace_text, exception)
+
+
+def _doc_tags(text: str, shape: TextShape | None) -> tuple[int, bool]:
+    """Document tags in ``text`` (counted up to 10) and whether it is a fill-in-the-middle
+    prompt (its markers are tags too)."""
+    tags = 0
+    first = end = -1
+    for tag in p.DOC_TAG.finditer(text):
+        tags += 1
+        if first < 0:
+            first = tag.start()
+        if text.startswith("</", tag.start()):
+            # The pattern stops after the name: the span ends at the tag's ">".
+            end = text.find(">", tag.end(), tag.end() + 8) + 1 or tag.end()
+    if shape is not None and end > first:
+        shape.tagged_chars = end - first
+    fim = ("fim" in text or "FIM" in text or "<PRE>" in text) and p.FIM.search(text) is not None
+    return min(tags, 10), fim
 
 
 def _introduces_material(text: str) -> bool:
