@@ -109,7 +109,9 @@ def extract(body: Mapping[str, Any], max_chars: int, memo: ReadMemo | None = Non
     messages = body.get("messages")
     if isinstance(messages, list):
         for message in messages:
-            if not isinstance(message, Mapping):
+            # Parsed JSON gives dicts: the exact type test spares the abstract class check
+            # (a fraction of a microsecond per message).
+            if type(message) is not dict and not isinstance(message, Mapping):
                 continue
             request.messages += 1
             role = _role(message)

@@ -340,22 +340,20 @@ def _may_diff(joined: str) -> bool:
     )
 
 
-def _fence_rows(text: str, stripped: list[str]) -> list[int]:
-    """Indices of the lines that open or close a code fence, in order.
+def _fences(text: str, joined: str) -> list[tuple[int, int]]:
+    """The lines that open or close a code fence, in order: (line index, offset in
+    ``joined``, the text's stripped lines joined by newlines).
 
-    Found in the stripped lines joined by newlines (a fence starts the text or follows a
-    newline there) by looking for its character with memchr, not by testing every line.
+    A fence starts ``joined`` or follows a newline there; its character is looked for with
+    memchr, not by testing every line.
     """
-    if ("`" not in text or "```" not in text) and ("~" not in text or "~~~" not in text):
-        return []
-    joined = "\n".join(stripped)
-    found: list[int] = []
+    found: list[tuple[int, int]] = []
     for fence in p.FENCES:
         mark = fence[0]
         at = joined.find(mark)
         while at >= 0:
             if joined.startswith(fence, at) and (at == 0 or joined[at - 1] == "\n"):
-                found.append(joined.count("\n", 0, at))
+                found.append((joined.count("\n", 0, at), at))
             at = joined.find(mark, at + 1)
     found.sort()
     return found
@@ -368,6 +366,7 @@ class _LineReader:
     __slots__ = (
         "diffs",
         "in_fence",
+        "joined",
         "last",
         "last_code",
         "lines",
@@ -376,6 +375,7 @@ class _LineReader:
         "rows",
         "shape",
         "shells",
+        "sizes",
         "speakers",
         "stripped",
         "tables",
@@ -388,6 +388,8 @@ class _LineReader:
         self.text = text
         self.rows = rows
         self.stripped = list(map(str.strip, self.rows))
+        self.sizes = list(map(len, self.stripped))
+        self.joined = ""  # the stripped lines joined by newlines, when needed (_joined)
         # Per-line trace and diff tests apply to a text of long lines (a pasted document:
         # few lines, cheap to test), or of short ones with a trace's or diff's signs; the
         # signs are looked for when some line could be one (None: not looked for yet).
@@ -410,21 +412,35 @@ class _LineReader:
         self.last_code = False
 
     def read(self) -> None:
-        start = 0
-        for fence in _fence_rows(self.text, self.stripped):
-            self._read_run(start, fence)
+        text = self.text
+        fences = (
+            _fences(text, self._joined())
+            if ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
+            else []
+        )
+        start = begin = 0  # the run's first line and its offset in the joined lines
+        for fence, at in fences:
+            self._read_run(start, fence, begin, at - 1)
             self._fence(fence)
-            start = fence + 1
-        self._read_run(start, len(self.rows))
+            start, begin = fence + 1, at + self.sizes[fence] + 1
+        self._read_run(start, len(self.rows), begin, None)
         self._finish()
 
-    def _read_run(self, start: int, stop: int) -> None:
+    def _joined(self) -> str:
+        if not self.joined and self.stripped:
+            self.joined = "\n".join(self.stripped)
+        return self.joined
+
+    def _read_run(self, start: int, stop: int, begin: int, end: int | None) -> None:
+        """Read lines ``start`` to ``stop``, which are ``joined[begin:end]``."""
         if start >= stop:
             return
+        joined = self._joined()
+        run = joined if begin == 0 and end is None else joined[begin:end]
         if self.in_fence:
-            self._read_fenced(start, stop)
+            self._read_fenced(start, stop, run)
         else:
-            self._read_plain(start, stop)
+            self._read_plain(start, stop, run)
 
     def _trace_gate(self, joined: str) -> bool:
         """Are the lines in ``joined`` to be tested for trace lines? Only if the text's
@@ -448,7 +464,7 @@ class _LineReader:
         self.in_fence = not self.in_fence
         self.last, self.last_code = index, False
 
-    def _read_plain(self, start: int, stop: int) -> None:
+    def _read_plain(self, start: int, stop: int, joined: str) -> None:
         """Lines outside a code fence, one by one. Counted in locals and added once: attribute
         updates per line cost a tenth of the loop."""
         rows, stripped, lines, shape, speakers = (
@@ -458,7 +474,6 @@ class _LineReader:
             self.shape,
             self.speakers,
         )
-        joined = "\n".join(stripped[start:stop])
         traces, diffs = self._trace_gate(joined), self._diff_gate(joined)
         shells, tables, tags = self.shells, self.tables, self.tags
         marking, last, last_code = self.marking, self.last, self.last_code
@@ -502,10 +517,9 @@ class _LineReader:
         if shape is not None:  # marking is only ever set for the last user turn
             shape.marked_chars += marked
 
-    def _read_fenced(self, start: int, stop: int) -> None:
+    def _read_fenced(self, start: int, stop: int, joined: str) -> None:
         """Lines inside a code fence: every non-blank one is code, counted whole in C."""
-        run = self.stripped[start:stop]
-        sizes = list(map(len, run))
+        sizes = self.sizes[start:stop]
         chars = sum(sizes)
         if not chars:
             return
@@ -514,17 +528,15 @@ class _LineReader:
         if self.marking and self.shape is not None:
             self.shape.marked_chars += chars
         last = stop - 1
-        while not self.stripped[last]:
+        while not sizes[last - start]:
             last -= 1
         self.last, self.last_code = last, True
-        self._test_fenced(run)
-
-    def _test_fenced(self, run: list[str]) -> None:
-        """Trace and diff lines in a fence, tested one by one only when some line may be one."""
-        joined = "\n".join(run)
         traces, diffs = self._trace_gate(joined), self._diff_gate(joined)
-        if not (traces or diffs):
-            return
+        if traces or diffs:
+            self._test_fenced(self.stripped[start:stop], traces, diffs)
+
+    def _test_fenced(self, run: list[str], traces: bool, diffs: bool) -> None:
+        """Trace and diff lines in a fence, tested one by one (some line may be one)."""
         for line in run:
             if not line:
                 continue
@@ -535,7 +547,7 @@ class _LineReader:
 
     def _finish(self) -> None:
         lines, shape = self.lines, self.shape
-        lines.text_chars += sum(map(len, self.stripped))
+        lines.text_chars += sum(self.sizes)
         if self.last < 0:
             return
         last_raw = self.rows[self.last]
