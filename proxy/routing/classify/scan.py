@@ -312,6 +312,17 @@ def _plain(line: str) -> bool:
     )
 
 
+def _bracketed_prose(line: str, raw: str) -> bool:
+    """Is this line, which starts with "[" ("[3] Quarterly report", the way retrievers
+    number passages), certainly not code, as :func:`_line_is_code` would find?
+
+    Such a line is no speaker's (names start with a letter), shell prompt, table row or
+    tag, so only the code test applies; of CODE_SHAPE's forms only the assignment can start
+    with "[", and it needs "=". What is left is the indent and line-end test.
+    """
+    return "=" not in line and not raw.startswith(p.INDENTS) and not line.endswith(p.CODE_LINE_ENDS)
+
+
 def _may_trace(joined: str) -> bool:
     """Can any of the lines in ``joined`` (stripped lines joined by newlines) be a trace
     line? Each test of :func:`_trace_line` needs one of these substrings, each substring
@@ -485,22 +496,27 @@ class _LineReader:
             last = index
             size = len(line)
             if (size > p.LONG_LINE or line.endswith(p.SENTENCE_ENDS)) and _plain(line):
-                code = False
+                code = marker = False
             else:
-                verdict = _line_is_code(line, rows[index], lines, speakers, shells, tables, tags)
-                if verdict is None:
-                    last_code = False
-                    continue
-                code = verdict
-                if code:
-                    code_lines += 1
-                    code_chars += size
-                elif _doc_marker(line):
-                    doc_markers += 1
-                    if shape is not None:
-                        marking = not _question_key(line)
-                        if line[0] == "[":
-                            shape.numbered += 1
+                raw = rows[index]
+                if line[0] == "[" and _bracketed_prose(line, raw):
+                    code = False
+                else:
+                    verdict = _line_is_code(line, raw, lines, speakers, shells, tables, tags)
+                    if verdict is None:
+                        last_code = False
+                        continue
+                    code = verdict
+                marker = not code and _doc_marker(line)
+            if code:
+                code_lines += 1
+                code_chars += size
+            elif marker:
+                doc_markers += 1
+                if shape is not None:
+                    marking = not _question_key(line)
+                    if line[0] == "[":
+                        shape.numbered += 1
             last_code = code
             if marking:
                 marked += size
