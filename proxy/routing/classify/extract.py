@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -66,8 +67,24 @@ def _content_text(content: object, request: RequestText) -> str:
     return "\n\n".join(texts)
 
 
+# Roles as clients send them, looked up before the general rule of _role.
+_ROLES = MappingProxyType(
+    {
+        "user": "user",
+        "assistant": "assistant",
+        "system": "system",
+        "developer": "developer",
+        "tool": "tool",
+        "function": "tool",
+    }
+)
+
+
 def _role(message: Mapping[str, Any]) -> str:
     role = message.get("role")
+    known = _ROLES.get(role) if type(role) is str else None
+    if known is not None:
+        return known
     if not isinstance(role, str):
         return "user"
     role = role.lower()
@@ -79,9 +96,10 @@ def _role(message: Mapping[str, Any]) -> str:
 
 
 def _add(request: RequestText, role: str, text: str) -> None:
-    segment = Segment(role=role, chars=len(text), text=text)
+    chars = len(text)
+    segment = Segment(role, chars, text)
     request.segments.append(segment)
-    request.chars += segment.chars
+    request.chars += chars
     if role in ("user", "prompt"):
         request.last_user = segment
         request.last_user_index = len(request.segments) - 1
@@ -120,7 +138,8 @@ def extract(body: Mapping[str, Any], max_chars: int, memo: ReadMemo | None = Non
                 request.tool_calls += len(calls)
             elif message.get("function_call"):
                 request.tool_calls += 1
-            text = _content_text(message.get("content"), request)
+            content = message.get("content")
+            text = content if type(content) is str else _content_text(content, request)
             if text:
                 _add(request, role, text)
     _add_prompt(request, body.get("prompt"))

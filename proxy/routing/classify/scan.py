@@ -594,9 +594,13 @@ def _read_prose_line(text: str, line: str, lines: Lines) -> bool:
     return True
 
 
-def _scan_lines(text: str, lines: Lines, shape: TextShape | None = None) -> None:
-    """Add the lines of ``text`` to ``lines``; ``shape`` (the last user turn) gets its layout."""
-    rows = text.splitlines()
+def _scan_lines(
+    text: str, lines: Lines, shape: TextShape | None = None, rows: list[str] | None = None
+) -> None:
+    """Add the lines of ``text`` (``rows``, when split already) to ``lines``; ``shape`` (the
+    last user turn) gets its layout."""
+    if rows is None:
+        rows = text.splitlines()
     if len(rows) == 1 and shape is None and _read_prose_line(text, rows[0].strip(), lines):
         return
     _LineReader(text, rows, lines, shape).read()
@@ -614,8 +618,16 @@ def _read_lines(request: RequestText, text: str, lines: Lines, shape: TextShape 
     memo = request.memo
     if shape is not None or memo is None or len(text) < memo.lines.min_chars:
         _scan_lines(text, lines, shape)
-    else:
-        lines.add(memo.lines(text))
+        return
+    if "\n" not in text and "\r" not in text:
+        # Most likely one line of prose (a turn of a conversation): read at once, it costs
+        # less than the memo's look-up and entry.
+        rows = text.splitlines()
+        if len(rows) == 1 and _read_prose_line(text, rows[0].strip(), lines):
+            return
+        _scan_lines(text, lines, shape, rows)
+        return
+    lines.add(memo.lines(text))
 
 
 @dataclass(frozen=True, slots=True)
