@@ -413,8 +413,9 @@ class _LineReader:
         self.tags = "<" in text
         self.lines = lines
         self.shape = shape
-        # Every speaker's line holds ": " (see _line_is_code).
-        self.speakers = _Speakers() if ":" in text and ": " in text else None
+        # Made for the first run of lines outside a fence with a speaker's ": " in it (see
+        # _line_is_code); fenced lines are never a speaker's.
+        self.speakers: _Speakers | None = None
         self.in_fence = False
         # Inside a block a document marker opened, up to a question key (last user turn only).
         self.marking = False
@@ -478,6 +479,8 @@ class _LineReader:
     def _read_plain(self, start: int, stop: int, joined: str) -> None:
         """Lines outside a code fence, one by one. Counted in locals and added once: attribute
         updates per line cost a tenth of the loop."""
+        if self.speakers is None and ":" in joined and ": " in joined:
+            self.speakers = _Speakers()
         rows, stripped, lines, shape, speakers = (
             self.rows,
             self.stripped,
@@ -665,8 +668,8 @@ def _marks(text: str, shape: TextShape | None = None) -> Marks:
     trace_text = (
         ("k" in text and "panicked at" in text)
         or ("S" in text and "Segmentation fault" in text)
-        or ("[" in text and "error[E" in text)
-        or ("!" in text and "npm ERR!" in text)
+        or ("[" in text and "E" in text and "error[E" in text)
+        or ("!" in text and "R" in text and "npm ERR!" in text)
     )
     exception = (
         "E" in text
