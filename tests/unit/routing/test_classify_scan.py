@@ -12,6 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.routing.classify import cues
 from proxy.routing.classify import patterns as p
 from proxy.routing.classify.scan import (
     _LONG_ROWS,
@@ -172,3 +173,9 @@ def test_fences_are_the_lines_that_start_with_one(text: str) -> None:
     ]
     joined = "\n".join(stripped)
     assert all(joined.startswith(stripped[index], at) for index, at in found)
+
+
+@given(st.text(max_size=60))
+def test_words_read_as_through_the_str_table(text: str) -> None:
+    # ASCII text is split through a bytes table; it must give the str table's words.
+    assert cues._words(text) == text.lower().translate(cues._SPLIT).split()
