@@ -120,28 +120,44 @@ def _add_prompt(request: RequestText, prompt: object) -> None:
             request.prompt_tokens += len(item)
 
 
+def _add_messages(request: RequestText, messages: list[Any]) -> None:
+    """Add the chat ``messages``' texts to ``request`` (what _add does per text, with the
+    counts kept in locals: a conversation has dozens of messages)."""
+    segments = request.segments
+    count = calls_total = chars = 0
+    for message in messages:
+        # Parsed JSON gives dicts: the exact type test spares the abstract class check.
+        if type(message) is not dict and not isinstance(message, Mapping):
+            continue
+        count += 1
+        role = _role(message)
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            calls_total += len(calls)
+        elif message.get("function_call"):
+            calls_total += 1
+        content = message.get("content")
+        text = content if type(content) is str else _content_text(content, request)
+        if text:
+            size = len(text)
+            segment = Segment(role, size, text)
+            segments.append(segment)
+            chars += size
+            if role == "user":  # _role never answers "prompt"
+                request.last_user = segment
+                request.last_user_index = len(segments) - 1
+    request.messages += count
+    request.tool_calls += calls_total
+    request.chars += chars
+
+
 def extract(body: Mapping[str, Any], max_chars: int, memo: ReadMemo | None = None) -> RequestText:
     """Collect every message's text (chat) or the prompt (completions) from ``body``."""
     request = RequestText(memo=memo)
     request.has_tools = bool(body.get("tools") or body.get("functions"))
     messages = body.get("messages")
     if isinstance(messages, list):
-        for message in messages:
-            # Parsed JSON gives dicts: the exact type test spares the abstract class check
-            # (a fraction of a microsecond per message).
-            if type(message) is not dict and not isinstance(message, Mapping):
-                continue
-            request.messages += 1
-            role = _role(message)
-            calls = message.get("tool_calls")
-            if isinstance(calls, list):
-                request.tool_calls += len(calls)
-            elif message.get("function_call"):
-                request.tool_calls += 1
-            content = message.get("content")
-            text = content if type(content) is str else _content_text(content, request)
-            if text:
-                _add(request, role, text)
+        _add_messages(request, messages)
     _add_prompt(request, body.get("prompt"))
     # Scanned text is at most the full text: most requests are under the cap in full.
     if request.chars > max_chars:

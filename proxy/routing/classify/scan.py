@@ -649,7 +649,13 @@ def marks_alone(text: str) -> Marks:
 
 def _read_marks(request: RequestText, text: str, found: Scan, shape: TextShape | None) -> None:
     memo = request.memo
-    if shape is not None or memo is None or len(text) < memo.marks.min_chars:
+    if (
+        shape is not None
+        or memo is None
+        or len(text) < memo.marks.min_chars
+        # One line (a turn of a conversation): read at once, as in _read_lines.
+        or ("\n" not in text and "\r" not in text)
+    ):
         marks = _marks(text, shape)
     else:
         marks = memo.marks(text)
