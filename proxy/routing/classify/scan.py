@@ -323,22 +323,78 @@ def _bracketed_prose(line: str, raw: str) -> bool:
     return "=" not in line and not raw.startswith(p.INDENTS) and not line.endswith(p.CODE_LINE_ENDS)
 
 
+# From this length a text's needles are found after a rarer character of theirs (_holds);
+# in a shorter one the searches cost less than the calls.
+_LONG_TEXT = 2048
+# Looking at one occurrence of a rarer character costs about as much as searching 256
+# characters of text for a needle (a colon, whose line is looked at too, more: and colons
+# are common in code): the occurrences looked at one by one before a whole-text search,
+# per character of text, as a shift.
+_MARK_SHIFT = 8
+_COLON_SHIFT = 11
+
+
+def _holds(text: str, mark: str, needles: tuple[str, ...], offset: int = 0) -> bool:
+    """Does ``text`` hold one of ``needles``, each with ``mark`` at ``offset``?
+
+    The mark is found with memchr and the needles tested where it is: in prose a capital
+    letter, a bracket or a colon comes a few dozen times in 10,000 characters, and a
+    multi-character search passes over all of them. Past the marks that cost as much as a
+    search the rest of the text is searched.
+    """
+    at = text.find(mark, offset)
+    for _ in range(len(text) >> _MARK_SHIFT):
+        if at < 0:
+            return False
+        if text.startswith(needles, at - offset):
+            return True
+        at = text.find(mark, at + 1)
+    return at >= 0 and any(text.find(needle, at - offset) >= 0 for needle in needles)
+
+
+def _located(joined: str) -> bool:
+    """Can a line in ``joined`` be an "at ..." stack frame or start with a source location
+    (SOURCE_LOCATION)? Both hold a colon, the location one followed by a digit: the colons
+    are looked at one by one while they are few (as in :func:`_holds`)."""
+    at = joined.find(":")
+    for _ in range(len(joined) >> _COLON_SHIFT):
+        if at < 0:
+            return False
+        if joined[at + 1 : at + 2].isdigit():
+            return True
+        if joined.startswith("at ", joined.rfind("\n", 0, at) + 1):
+            return True
+        at = joined.find(":", at + 1)
+    return at >= 0 and (
+        joined.startswith("at ")
+        or "\nat " in joined
+        or p.SOURCE_LOCATION_HINT.search(joined) is not None
+    )
+
+
 def _may_trace(joined: str) -> bool:
     """Can any of the lines in ``joined`` (stripped lines joined by newlines) be a trace
-    line? Each test of :func:`_trace_line` needs one of these substrings, each substring
-    the character looked for first (see :func:`_trace_needles`)."""
-    return (
-        ("E" in joined and ("Error" in joined or "Exception" in joined))
-        or ('"' in joined and 'File "' in joined)
-        or ("T" in joined and "Traceback (most recent call last)" in joined)
-        or (
-            ":" in joined  # "at ..." lines end in a location, as SOURCE_LOCATION does
-            and (
-                joined.startswith("at ")
-                or "\nat " in joined
-                or p.SOURCE_LOCATION_HINT.search(joined) is not None
+    line? Each test of :func:`_trace_line` needs one of these substrings; in a long text
+    they are found after a rarer character of theirs (see :func:`_holds`)."""
+    if len(joined) < _LONG_TEXT:
+        return (
+            ("E" in joined and ("Error" in joined or "Exception" in joined))
+            or ('"' in joined and 'File "' in joined)
+            or ("T" in joined and "Traceback (most recent call last)" in joined)
+            or (
+                ":" in joined
+                and (
+                    joined.startswith("at ")
+                    or "\nat " in joined
+                    or p.SOURCE_LOCATION_HINT.search(joined) is not None
+                )
             )
         )
+    return (
+        _holds(joined, "E", ("Error", "Exception"))
+        or _holds(joined, '"', ('File "',), 5)
+        or _holds(joined, "T", ("Traceback (most recent call last)",))
+        or _located(joined)
     )
 
 
@@ -479,7 +535,7 @@ class _LineReader:
     def _read_plain(self, start: int, stop: int, joined: str) -> None:
         """Lines outside a code fence, one by one. Counted in locals and added once: attribute
         updates per line cost a tenth of the loop."""
-        if self.speakers is None and ":" in joined and ": " in joined:
+        if self.speakers is None and ":" in joined and _holds(joined, ":", (": ",)):
             self.speakers = _Speakers()
         rows, stripped, lines, shape, speakers = (
             self.rows,
@@ -671,17 +727,23 @@ def _marks(text: str, shape: TextShape | None = None) -> Marks:
     document tags. Each multi-character needle is looked for only when one of its rarer
     characters is in the text (found with memchr, see :func:`_trace_needles`)."""
     doc_tags, fim = _doc_tags(text, shape) if "<" in text else (0, False)
-    trace_text = (
-        ("k" in text and "panicked at" in text)
-        or ("S" in text and "Segmentation fault" in text)
-        or ("[" in text and "E" in text and "error[E" in text)
-        or ("!" in text and "R" in text and "npm ERR!" in text)
-    )
-    exception = (
-        "E" in text
-        and ("Error" in text or "Exception" in text)
-        and p.EXCEPTION_NAME.search(text) is not None
-    )
+    if len(text) < _LONG_TEXT:
+        trace_text = (
+            ("k" in text and "panicked at" in text)
+            or ("S" in text and "Segmentation fault" in text)
+            or ("[" in text and "E" in text and "error[E" in text)
+            or ("!" in text and "R" in text and "npm ERR!" in text)
+        )
+        errors = "E" in text and ("Error" in text or "Exception" in text)
+    else:
+        trace_text = (
+            ("k" in text and "panicked at" in text)
+            or _holds(text, "S", ("Segmentation fault",))
+            or ("E" in text and _holds(text, "[", ("error[E",), 5))
+            or ("R" in text and _holds(text, "!", ("npm ERR!",), 7))
+        )
+        errors = _holds(text, "E", ("Error", "Exception"))
+    exception = errors and p.EXCEPTION_NAME.search(text) is not None
     return Marks(doc_tags, fim, trace_text, exception)
 
 

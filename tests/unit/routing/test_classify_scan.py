@@ -22,6 +22,7 @@ from proxy.routing.classify.scan import (
     _diff_line,
     _doc_marker,
     _fences,
+    _holds,
     _line_is_code,
     _may_diff,
     _may_trace,
@@ -154,14 +155,34 @@ def test_line_shortcuts_agree_with_the_line_test(piece: str, tail: str, indent: 
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=20)), max_size=8))
-def test_trace_and_diff_gates_pass_every_such_line(lines: list[str]) -> None:
+@given(
+    st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=20)), max_size=8),
+    st.sampled_from(("", "ETS[!: " * 400)),  # long texts find needles after a mark
+)
+def test_trace_and_diff_gates_pass_every_such_line(lines: list[str], padding: str) -> None:
     stripped = [line.strip() for line in lines if "\n" not in line and "\r" not in line]
+    stripped.append(padding.strip())
     joined = "\n".join(stripped)
     if any(_trace_line(line) for line in stripped if line):
         assert _may_trace(joined)
     if any(_diff_line(line) for line in stripped if line):
         assert _may_diff(joined)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(alphabet="Eab[:x! \n", max_size=40),
+    st.integers(0, 3000),
+    st.sampled_from(((("Error", "Exception"), 0), (("error[E",), 5), ((": ",), 0))),
+    st.integers(0, 1),
+)
+def test_needles_found_after_their_mark_as_by_searching(
+    piece: str, repeat: int, group: tuple[tuple[str, ...], int], tail: int
+) -> None:
+    needles, offset = group
+    text = piece * (repeat // max(len(piece), 1)) + (needles[0] if tail else "") + piece
+    mark = needles[0][offset]
+    assert _holds(text, mark, needles, offset) == any(needle in text for needle in needles)
 
 
 @given(texts)
