@@ -323,14 +323,16 @@ def _bracketed_prose(line: str, raw: str) -> bool:
     return "=" not in line and not raw.startswith(p.INDENTS) and not line.endswith(p.CODE_LINE_ENDS)
 
 
+# Up to this many lines a text is read line by line at once (see _LineReader.read).
+_FEW_ROWS = 24
 # From this length a text's needles are found after a rarer character of theirs (_holds);
 # in a shorter one the searches cost less than the calls.
-_LONG_TEXT = 2048
-# Looking at one occurrence of a rarer character costs about as much as searching 256
-# characters of text for a needle (a colon, whose line is looked at too, more: and colons
-# are common in code): the occurrences looked at one by one before a whole-text search,
-# per character of text, as a shift.
-_MARK_SHIFT = 8
+_LONG_TEXT = 4096
+# Looking at one occurrence of a rarer character costs about as much as searching a few
+# hundred characters of text for a needle (a colon, whose line is looked at too, more; and
+# colons are common in code): the occurrences looked at one by one before a whole-text
+# search, per character of text, as a shift (one per 512, per 2048 chars).
+_MARK_SHIFT = 9
 _COLON_SHIFT = 11
 
 
@@ -481,6 +483,11 @@ class _LineReader:
 
     def read(self) -> None:
         text = self.text
+        if len(self.rows) <= _FEW_ROWS:
+            # A short text costs less read line by line at once than divided into runs.
+            self._read_plain(0, len(self.rows), self._joined(), "`" in text or "~" in text)
+            self._finish()
+            return
         fences = (
             _fences(text, self._joined())
             if ("`" in text and "```" in text) or ("~" in text and "~~~" in text)
@@ -532,9 +539,10 @@ class _LineReader:
         self.in_fence = not self.in_fence
         self.last, self.last_code = index, False
 
-    def _read_plain(self, start: int, stop: int, joined: str) -> None:
-        """Lines outside a code fence, one by one. Counted in locals and added once: attribute
-        updates per line cost a tenth of the loop."""
+    def _read_plain(self, start: int, stop: int, joined: str, fences: bool = False) -> None:
+        """Lines outside a code fence, one by one, or any lines when ``fences`` (they may
+        open and close fences). Counted in locals and added once: attribute updates per line
+        cost a tenth of the loop."""
         if self.speakers is None and ":" in joined and _holds(joined, ":", (": ",)):
             self.speakers = _Speakers()
         rows, stripped, lines, shape, speakers = (
@@ -547,6 +555,7 @@ class _LineReader:
         traces, diffs = self._trace_gate(joined), self._diff_gate(joined)
         shells, tables, tags = self.shells, self.tables, self.tags
         marking, last, last_code = self.marking, self.last, self.last_code
+        in_fence = self.in_fence
         code_lines = code_chars = doc_markers = trace_lines = diff_lines = marked = 0
         for index in range(start, stop):
             line = stripped[index]
@@ -554,7 +563,14 @@ class _LineReader:
                 continue
             last = index
             size = len(line)
-            if (size > p.LONG_LINE or line.endswith(p.SENTENCE_ENDS)) and _plain(line):
+            if fences and line.startswith(p.FENCES):
+                lines.fences += 1
+                in_fence = not in_fence
+                last_code = False
+                continue
+            if in_fence:
+                code, marker = True, False
+            elif (size > p.LONG_LINE or line.endswith(p.SENTENCE_ENDS)) and _plain(line):
                 code = marker = False
             else:
                 raw = rows[index]
@@ -584,6 +600,7 @@ class _LineReader:
             elif diffs and _diff_line(line):
                 diff_lines += 1
         self.marking, self.last, self.last_code = marking, last, last_code
+        self.in_fence = in_fence
         lines.code_lines += code_lines
         lines.code_chars += code_chars
         lines.doc_markers += doc_markers
@@ -660,7 +677,9 @@ def _scan_lines(
     last user turn) gets its layout."""
     if rows is None:
         rows = text.splitlines()
-    if len(rows) == 1 and shape is None and _read_prose_line(text, rows[0].strip(), lines):
+    # A line of plain prose leaves the last user turn's layout as it is (no marker, code,
+    # fence or speaker in it).
+    if len(rows) == 1 and _read_prose_line(text, rows[0].strip(), lines):
         return
     _LineReader(text, rows, lines, shape).read()
 
