@@ -471,8 +471,7 @@ class _LineReader:
         self.tags = "<" in text
         self.lines = lines
         self.shape = shape
-        # Made for the first run of lines outside a fence with a speaker's ": " in it (see
-        # _line_is_code); fenced lines are never a speaker's.
+        # Made when first needed (_speakers); fenced lines are never a speaker's.
         self.speakers: _Speakers | None = None
         self.in_fence = False
         # Inside a block a document marker opened, up to a question key (last user turn only).
@@ -543,15 +542,8 @@ class _LineReader:
         """Lines outside a code fence, one by one, or any lines when ``fences`` (they may
         open and close fences). Counted in locals and added once: attribute updates per line
         cost a tenth of the loop."""
-        if self.speakers is None and ":" in joined and _holds(joined, ":", (": ",)):
-            self.speakers = _Speakers()
-        rows, stripped, lines, shape, speakers = (
-            self.rows,
-            self.stripped,
-            self.lines,
-            self.shape,
-            self.speakers,
-        )
+        speakers = self._speakers(joined)
+        rows, stripped, lines, shape = self.rows, self.stripped, self.lines, self.shape
         traces, diffs = self._trace_gate(joined), self._diff_gate(joined)
         shells, tables, tags = self.shells, self.tables, self.tags
         marking, last, last_code = self.marking, self.last, self.last_code
@@ -599,15 +591,33 @@ class _LineReader:
                 trace_lines += 1
             elif diffs and _diff_line(line):
                 diff_lines += 1
-        self.marking, self.last, self.last_code = marking, last, last_code
-        self.in_fence = in_fence
+        self.marking, self.last, self.last_code, self.in_fence = marking, last, last_code, in_fence
+        self._add(code_lines, code_chars, doc_markers, trace_lines, diff_lines, marked)
+
+    def _speakers(self, joined: str) -> _Speakers | None:
+        """The speaker bookkeeping, made for the first lines with a speaker's ": " in them
+        (see _line_is_code)."""
+        if self.speakers is None and ":" in joined and _holds(joined, ":", (": ",)):
+            self.speakers = _Speakers()
+        return self.speakers
+
+    def _add(
+        self,
+        code_lines: int,
+        code_chars: int,
+        doc_markers: int,
+        trace_lines: int,
+        diff_lines: int,
+        marked: int,
+    ) -> None:
+        lines = self.lines
         lines.code_lines += code_lines
         lines.code_chars += code_chars
         lines.doc_markers += doc_markers
         lines.trace_lines += trace_lines
         lines.diff_lines += diff_lines
-        if shape is not None:  # marking is only ever set for the last user turn
-            shape.marked_chars += marked
+        if self.shape is not None:  # marking is only ever set for the last user turn
+            self.shape.marked_chars += marked
 
     def _read_fenced(self, start: int, stop: int, joined: str) -> None:
         """Lines inside a code fence: every non-blank one is code, counted whole in C."""
