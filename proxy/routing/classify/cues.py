@@ -27,7 +27,20 @@ def _ascii_table(replace: str, by: str) -> MappingProxyType[int, int | str]:
 
 # Punctuation becomes a space; characters that belong to names ("c++", "c#", "i'm",
 # "snake_case") are kept.
-_SPLIT = _ascii_table('()[]{}<>,.:;"=/\\|`*~^%$@&?!-', " ")
+_PUNCTUATION = '()[]{}<>,.:;"=/\\|`*~^%$@&?!-'
+_SPLIT = _ascii_table(_PUNCTUATION, " ")
+# The same table for bytes.translate, which maps ASCII text through a 256-byte table in a
+# plain C loop (about twice as fast as str.translate with a mapping, here).
+_SPLIT_BYTES = bytes.maketrans(_PUNCTUATION.encode(), b" " * len(_PUNCTUATION))
+
+
+def _words(text: str) -> list[str]:
+    """The lowercased words of ``text``: punctuation (``_SPLIT``) splits them."""
+    lowered = text.lower()
+    if lowered.isascii():
+        return lowered.encode().translate(_SPLIT_BYTES).decode().split()
+    return lowered.translate(_SPLIT).split()
+
 
 _VERBS = vocabulary(
     "write implement create generate build code make refactor rewrite optimize optimise debug"
@@ -120,7 +133,7 @@ class Words:
 
 
 def read(text: str) -> Words:
-    tokens = text.lower().translate(_SPLIT).split()
+    tokens = _words(text)
     return Words(tokens, frozenset(tokens))
 
 
@@ -231,7 +244,7 @@ def coding_system_cue(words: Words) -> bool:
 
 def first_person_ratio(text: str) -> float:
     """Share of first-person words ("I", "my", "I'm") among the words of ``text``."""
-    tokens = text.lower().translate(_SPLIT).split()
+    tokens = _words(text)
     if not tokens:
         return 0.0
     # map() over a set's __contains__ counts in C, several times faster than a generator.

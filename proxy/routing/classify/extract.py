@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -66,8 +67,24 @@ def _content_text(content: object, request: RequestText) -> str:
     return "\n\n".join(texts)
 
 
+# Roles as clients send them, looked up before the general rule of _role.
+_ROLES = MappingProxyType(
+    {
+        "user": "user",
+        "assistant": "assistant",
+        "system": "system",
+        "developer": "developer",
+        "tool": "tool",
+        "function": "tool",
+    }
+)
+
+
 def _role(message: Mapping[str, Any]) -> str:
     role = message.get("role")
+    known = _ROLES.get(role) if type(role) is str else None
+    if known is not None:
+        return known
     if not isinstance(role, str):
         return "user"
     role = role.lower()
@@ -79,9 +96,10 @@ def _role(message: Mapping[str, Any]) -> str:
 
 
 def _add(request: RequestText, role: str, text: str) -> None:
-    segment = Segment(role=role, chars=len(text), text=text)
+    chars = len(text)
+    segment = Segment(role, chars, text)
     request.segments.append(segment)
-    request.chars += segment.chars
+    request.chars += chars
     if role in ("user", "prompt"):
         request.last_user = segment
         request.last_user_index = len(request.segments) - 1
@@ -102,25 +120,44 @@ def _add_prompt(request: RequestText, prompt: object) -> None:
             request.prompt_tokens += len(item)
 
 
+def _add_messages(request: RequestText, messages: list[Any]) -> None:
+    """Add the chat ``messages``' texts to ``request`` (what _add does per text, with the
+    counts kept in locals: a conversation has dozens of messages)."""
+    segments = request.segments
+    count = calls_total = chars = 0
+    for message in messages:
+        # Parsed JSON gives dicts: the exact type test spares the abstract class check.
+        if type(message) is not dict and not isinstance(message, Mapping):
+            continue
+        count += 1
+        role = _role(message)
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            calls_total += len(calls)
+        elif message.get("function_call"):
+            calls_total += 1
+        content = message.get("content")
+        text = content if type(content) is str else _content_text(content, request)
+        if text:
+            size = len(text)
+            segment = Segment(role, size, text)
+            segments.append(segment)
+            chars += size
+            if role == "user":  # _role never answers "prompt"
+                request.last_user = segment
+                request.last_user_index = len(segments) - 1
+    request.messages += count
+    request.tool_calls += calls_total
+    request.chars += chars
+
+
 def extract(body: Mapping[str, Any], max_chars: int, memo: ReadMemo | None = None) -> RequestText:
     """Collect every message's text (chat) or the prompt (completions) from ``body``."""
     request = RequestText(memo=memo)
     request.has_tools = bool(body.get("tools") or body.get("functions"))
     messages = body.get("messages")
     if isinstance(messages, list):
-        for message in messages:
-            if not isinstance(message, Mapping):
-                continue
-            request.messages += 1
-            role = _role(message)
-            calls = message.get("tool_calls")
-            if isinstance(calls, list):
-                request.tool_calls += len(calls)
-            elif message.get("function_call"):
-                request.tool_calls += 1
-            text = _content_text(message.get("content"), request)
-            if text:
-                _add(request, role, text)
+        _add_messages(request, messages)
     _add_prompt(request, body.get("prompt"))
     # Scanned text is at most the full text: most requests are under the cap in full.
     if request.chars > max_chars:

@@ -5,6 +5,8 @@ its earlier turns with each new one: most of a request's text was read before. R
 text (its lines, its markers, its words) depends on the text alone, except for the last
 user turn, whose layout is read for its place in the request; so what one reading found can
 stand for the next. The memo is bounded (cleared when full) and belongs to one classifier.
+A one-line message (most turns of a conversation) is read directly: that costs less than
+the memo's look-up and entry.
 """
 
 from __future__ import annotations

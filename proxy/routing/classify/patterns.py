@@ -83,6 +83,8 @@ DOC_KEY = re.compile(
 )
 # A location in a compiler message or test report: "src/main.rs:7:20", "tests/t.py:12:".
 SOURCE_LOCATION = re.compile(r"(?:-->\s*)?[\w./\\-]+\.[A-Za-z]{1,5}:\d+(?::\d+)?(?::|$|\s)")
+# What every SOURCE_LOCATION match holds, searched for in a whole block of lines at once.
+SOURCE_LOCATION_HINT = re.compile(r"\.[A-Za-z]{1,5}:\d")
 DOC_HEADING = re.compile(
     r"\#{1,4}\s*(?:sources?|context|references|documents?|search\s+results)\b", re.IGNORECASE
 )
