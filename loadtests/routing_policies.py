@@ -36,6 +36,8 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
 
 - ``specroute-latency-solo``: the latency scorer blind to what a request's prefill costs
   the requests already on a backend (``neighbour_weight: 0``);
+- ``specroute-latency-n1``, ``specroute-latency-n05``: that cost weighed at 1 (the
+  built-in weight until issue 15's runs) and at 0.5 (the built-in weight is 0.25);
 - ``least-loaded-prefill``: least-loaded whose load scorer also counts the prompt tokens
   waiting for prefill (``prefill_tokens_full`` 16384): the class-blind baseline with the
   same load signal as specroute, to tell what the speculation routing itself adds;
@@ -101,6 +103,8 @@ DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-latency")
 EXPERIMENTS = (
     "specroute-latency-solo",
     "specroute-latency-sat",
+    "specroute-latency-n1",
+    "specroute-latency-n05",
     "specroute-balanced",
     "least-loaded-prefill",
     "specroute-prefill",
@@ -110,7 +114,7 @@ EXPERIMENTS = (
     "specroute-affinity",
 )
 # ``specroute-default`` is policies/default.yaml as shipped: run it by name (today its
-# routing is specroute-learned's).
+# routing is the latency scorer's, at the built-in params but spelled out).
 POLICIES = (*DEFAULT_POLICIES, "specroute-default", *EXPERIMENTS)
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
@@ -163,6 +167,8 @@ _EXPERIMENT_SCORERS: dict[str, tuple[float, float, float, int]] = {
 _LATENCY_EXPERIMENTS: dict[str, dict[str, float]] = {
     "specroute-latency-solo": {"neighbour_weight": 0.0},
     "specroute-latency-sat": {"saturated_below": 0.5},
+    "specroute-latency-n1": {"neighbour_weight": 1.0},
+    "specroute-latency-n05": {"neighbour_weight": 0.5},
 }
 
 
