@@ -19,10 +19,11 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
   ``policies/default.yaml``: acceptance floor; break-even, acceptance and load scorers
   with their shipped weights and params) with fixed per-pool break-even points;
 - ``specroute-learned``: the same, the break-even points learned online from measured TPOT
-  (what ships today);
+  (the default until issue 15; ``policies/example-break-even.yaml``);
 - ``specroute-default``: what ships: the ``routing``, ``pools`` and ``acceptance``
   sections of ``policies/default.yaml`` read as they are, over the benchmark's backends
-  (its ``slo`` and ``latency`` sections are the benchmark's facts, below);
+  (its ``slo`` and ``latency`` sections are the benchmark's facts, below); today the
+  latency scorer, as ``specroute-latency``, behind the shipped filters;
 - ``specroute-latency``: the ``latency`` scorer alone at its built-in params (predicted
   TTFT/TPOT against the SLO, proxy/routing/scheduler/latency_scorer.py) behind the default
   filters;

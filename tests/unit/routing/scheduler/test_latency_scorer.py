@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.policy import PolicyError, parse_policy
+from proxy.policy import PolicyError, load_policy, parse_policy
 from proxy.records import RequestInfo
 from proxy.routing.scheduler.latency_scorer import LatencyScorer
 from proxy.routing.scheduler.scheduler import Scheduler
@@ -172,3 +173,23 @@ def test_scorer_params_are_validated() -> None:
     ):
         with pytest.raises(ValueError, match=what):
             LatencyScorer(**bad)
+
+
+def test_the_shipped_default_routes_by_predicted_latency() -> None:
+    """policies/default.yaml: the latency scorer alone, at the weights measured in
+    loadtests/README.md (issue 15)."""
+    path = Path(__file__).resolve().parents[4] / "policies" / "default.yaml"
+    policy = load_policy(path)
+    assert [(p.type, p.params) for p in policy.routing.scorers] == [
+        ("latency", {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25})
+    ]
+    s = healthy_scheduler(policy)
+    request = RequestInfo("llama-3.1-8b", "chat", prompt_bytes=4000, max_tokens=200)
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name == "eagle3-0"
+    assert "predicted TTFT ~" in s.reason(decision).text
+    for name in ("ngram-0", "eagle3-0"):
+        s.fleet.backends[name].local_inflight = 200
+        s.fleet.backends[name].prefill_pending = 20_000
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
