@@ -99,7 +99,7 @@ STATIC_POLICIES = (
     "specroute-static",
 )
 # What a full run compares (in this order).
-DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-latency")
+DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-default")
 # Experiments: run only when named.
 EXPERIMENTS = (
     "specroute-latency-solo",
@@ -114,9 +114,10 @@ EXPERIMENTS = (
     "specroute-prefill-be2",
     "specroute-affinity",
 )
-# ``specroute-default`` is policies/default.yaml as shipped: run it by name (today its
-# routing is the latency scorer's, at the built-in params but spelled out).
-POLICIES = (*DEFAULT_POLICIES, "specroute-default", *EXPERIMENTS)
+# ``specroute-default`` is policies/default.yaml as shipped (today the latency scorer at
+# its built-in params, spelled out); ``specroute-latency``, the scorer from the code
+# alone, runs by name.
+POLICIES = (*DEFAULT_POLICIES, "specroute-latency", *EXPERIMENTS)
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
 
