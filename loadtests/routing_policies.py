@@ -19,10 +19,11 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
   ``policies/default.yaml``: acceptance floor; break-even, acceptance and load scorers
   with their shipped weights and params) with fixed per-pool break-even points;
 - ``specroute-learned``: the same, the break-even points learned online from measured TPOT
-  (what ships today);
+  (the default until issue 15; ``policies/example-break-even.yaml``);
 - ``specroute-default``: what ships: the ``routing``, ``pools`` and ``acceptance``
   sections of ``policies/default.yaml`` read as they are, over the benchmark's backends
-  (its ``slo`` and ``latency`` sections are the benchmark's facts, below);
+  (its ``slo`` and ``latency`` sections are the benchmark's facts, below); today the
+  latency scorer, as ``specroute-latency``, behind the shipped filters;
 - ``specroute-latency``: the ``latency`` scorer alone at its built-in params (predicted
   TTFT/TPOT against the SLO, proxy/routing/scheduler/latency_scorer.py) behind the default
   filters;
@@ -36,6 +37,8 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
 
 - ``specroute-latency-solo``: the latency scorer blind to what a request's prefill costs
   the requests already on a backend (``neighbour_weight: 0``);
+- ``specroute-latency-n1``, ``specroute-latency-n05``: that cost weighed at 1 (the
+  built-in weight until issue 15's runs) and at 0.5 (the built-in weight is 0.25);
 - ``least-loaded-prefill``: least-loaded whose load scorer also counts the prompt tokens
   waiting for prefill (``prefill_tokens_full`` 16384): the class-blind baseline with the
   same load signal as specroute, to tell what the speculation routing itself adds;
@@ -96,11 +99,13 @@ STATIC_POLICIES = (
     "specroute-static",
 )
 # What a full run compares (in this order).
-DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-latency")
+DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-default")
 # Experiments: run only when named.
 EXPERIMENTS = (
     "specroute-latency-solo",
     "specroute-latency-sat",
+    "specroute-latency-n1",
+    "specroute-latency-n05",
     "specroute-balanced",
     "least-loaded-prefill",
     "specroute-prefill",
@@ -109,9 +114,10 @@ EXPERIMENTS = (
     "specroute-prefill-be2",
     "specroute-affinity",
 )
-# ``specroute-default`` is policies/default.yaml as shipped: run it by name (today its
-# routing is specroute-learned's).
-POLICIES = (*DEFAULT_POLICIES, "specroute-default", *EXPERIMENTS)
+# ``specroute-default`` is policies/default.yaml as shipped (today the latency scorer at
+# its built-in params, spelled out); ``specroute-latency``, the scorer from the code
+# alone, runs by name.
+POLICIES = (*DEFAULT_POLICIES, "specroute-latency", *EXPERIMENTS)
 
 _BASIC_FILTERS = [{"type": "model"}, {"type": "healthy"}, {"type": "capacity"}]
 
@@ -163,6 +169,8 @@ _EXPERIMENT_SCORERS: dict[str, tuple[float, float, float, int]] = {
 _LATENCY_EXPERIMENTS: dict[str, dict[str, float]] = {
     "specroute-latency-solo": {"neighbour_weight": 0.0},
     "specroute-latency-sat": {"saturated_below": 0.5},
+    "specroute-latency-n1": {"neighbour_weight": 1.0},
+    "specroute-latency-n05": {"neighbour_weight": 0.5},
 }
 
 

@@ -63,8 +63,8 @@ QUICK_TRACE = "c4@1.5,c96@1.5,c4@1.5"
 # ~97% and ~50% of requests: the x1/x3/x5 load points).
 PRODUCTION_TRACE = "r10@5,r40@5,r70@5"
 PRODUCTION_QUICK_TRACE = "r10@3,r40@3,r70@3"
-QUICK_POLICIES = ("least-loaded", "all-plain", "specroute-learned")
-PRODUCTION_QUICK_POLICIES = ("round-robin", "least-loaded", "specroute-latency")
+QUICK_POLICIES = ("least-loaded", "all-plain", "specroute-default")
+PRODUCTION_QUICK_POLICIES = ("round-robin", "least-loaded", "specroute-default")
 # Sessions and shared documents (loadtests/shared_prompts.py): the prefix-affinity case.
 SHARED_TRACE = "c8@4,c48@4,c128@4,c8@4"
 SHARED_QUICK_TRACE = "c8@2,c48@2,c8@2"

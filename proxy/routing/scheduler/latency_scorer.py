@@ -20,10 +20,14 @@ no separate vote. What the request costs the others counts too: the score is div
 ``1 + neighbour_weight * harm``, the harm being the decode delay its prefill imposes on
 the requests already on the backend (summed) over a typical request's TPOT budget
 (``tpot_goal`` times typical output tokens): long prompts go where few decodes would
-feel them. Break-even and acceptance are inputs of the model too: speculation
-wins exactly where the measured acceptance makes its step cheaper per token at the batch
-it would join. Optionally (``saturated_below`` > 0) the score moves towards the fewest
-prompt tokens queued for prefill once even the best chance falls under that value.
+feel them. That harm grows with the requests on a backend, not with the prompt tokens
+queued there: weighed at 1 it outweighed the prefill queue under overload and crowded
+long prompts onto the backends with the fewest requests, as least-loaded does; 0.25 by
+default (loadtests/README.md, issue 15). Break-even and acceptance are inputs of the
+model too: speculation wins exactly where the measured acceptance makes its step
+cheaper per token at the batch it would join. Optionally (``saturated_below`` > 0) the
+score moves towards the fewest prompt tokens queued for prefill once even the best
+chance falls under that value.
 
 The model keeps each backend's request-independent terms current between requests
 (proxy/routing/latency.py), so a decision costs a few multiplications per backend
@@ -46,7 +50,7 @@ class LatencyScorer:
         self,
         spread: float = 4.0,
         latency_weight: float = 0.25,
-        neighbour_weight: float = 1.0,
+        neighbour_weight: float = 0.25,
         saturated_below: float = 0.0,
     ) -> None:
         if spread <= 0:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.policy import PolicyError, parse_policy
+from proxy.policy import PolicyError, load_policy, parse_policy
 from proxy.records import RequestInfo
 from proxy.routing.scheduler.latency_scorer import LatencyScorer
 from proxy.routing.scheduler.scheduler import Scheduler
@@ -116,7 +117,7 @@ def test_the_batch_form_equals_rating_backend_by_backend() -> None:
     objective = s.policy.slo.objective("m", "code")
     tokens = s.latency.output_tokens("code", 40)
     predictions = [s.latency.predict(b, request) for b in backends]
-    harm = 1.0 / (objective.tpot_ms / 1000 * s.latency.typical_output_tokens())
+    harm = scorer.neighbour_weight / (objective.tpot_ms / 1000 * s.latency.typical_output_tokens())
     rated = [
         (*scorer.rate(p.ttft_s, p.tpot_s, objective, tokens), harm * p.imposed_s)
         for p in predictions
@@ -126,6 +127,22 @@ def test_the_batch_form_equals_rating_backend_by_backend() -> None:
     scores = scorer.score_all(ctx, backends)
     best = max(range(len(rated)), key=lambda i: rated[i][0])
     assert scores[best] == pytest.approx((0.75 + 0.25 * rated[best][1]) / (1 + rated[best][2]))
+
+
+def test_a_long_prompt_takes_the_shorter_prefill_queue_over_fewer_requests() -> None:
+    """The harm to the neighbours counts requests in flight; at the built-in weight it no
+    longer outweighs the prompt tokens queued ahead (at 1 it did, as least-loaded)."""
+
+    def pick(params: dict[str, float]) -> str:
+        routing = {**LATENCY_ONLY, "scorers": [{"type": "latency", "params": params}]}
+        s = healthy_scheduler(two_plain(routing=routing))
+        crowded, queued = s.fleet.backends["plain-0"], s.fleet.backends["plain-1"]
+        crowded.local_inflight, crowded.prefill_pending = 100, 2_000
+        queued.local_inflight, queued.prefill_pending = 40, 12_000
+        return chosen(s, "code", tokens=1500, max_tokens=13)
+
+    assert pick({}) == "plain-0"
+    assert pick({"neighbour_weight": 1.0}) == "plain-1"
 
 
 def test_saturated_requests_go_to_the_fewest_queued_prompt_tokens() -> None:
@@ -156,3 +173,23 @@ def test_scorer_params_are_validated() -> None:
     ):
         with pytest.raises(ValueError, match=what):
             LatencyScorer(**bad)
+
+
+def test_the_shipped_default_routes_by_predicted_latency() -> None:
+    """policies/default.yaml: the latency scorer alone, at the weights measured in
+    loadtests/README.md (issue 15)."""
+    path = Path(__file__).resolve().parents[4] / "policies" / "default.yaml"
+    policy = load_policy(path)
+    assert [(p.type, p.params) for p in policy.routing.scorers] == [
+        ("latency", {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25})
+    ]
+    s = healthy_scheduler(policy)
+    request = RequestInfo("llama-3.1-8b", "chat", prompt_bytes=4000, max_tokens=200)
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name == "eagle3-0"
+    assert "predicted TTFT ~" in s.reason(decision).text
+    for name in ("ngram-0", "eagle3-0"):
+        s.fleet.backends[name].local_inflight = 200
+        s.fleet.backends[name].prefill_pending = 20_000
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
