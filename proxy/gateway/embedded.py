@@ -95,6 +95,23 @@ async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -
             "eagle3": {"break_even": {"mode": "learned", "concurrency": 64}},
         },
         "shadow": {"reference_pool": "plain", "rate": 0.05},
+        # Routed as policies/default.yaml ships (a test holds the two alike).
+        "slo": {"default": {"ttft_ms": 500, "tpot_ms": 25}},
+        "latency": {"profile": "default"},
+        "routing": {
+            "filters": [
+                {"type": kind}
+                for kind in ("model", "healthy", "quarantine", "capacity", "acceptance_floor")
+            ],
+            "scorers": [
+                {
+                    "type": "latency",
+                    "weight": 1,
+                    "params": {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25},
+                }
+            ],
+            "picker": {"type": "max_score"},
+        },
     }
     # JSON is valid YAML: the policy text shown by /admin/policy is exactly what runs.
     return EmbeddedFleet(servers, orjson.dumps(policy, option=orjson.OPT_INDENT_2).decode())
