@@ -12,8 +12,8 @@ core or in a system call):
 - **before the upstream write**: from the ASGI call to the upstream request's write
   (uvicorn's own parsing of the request, before the ASGI call, is not in it);
 - **after the first byte**: from the upstream client handing over the first chunk to the
-  end of the first body write to the client (the ASGI ``send`` of the first chunk, which
-  writes the response head too since the server joins the two).
+  end of the first body write to the client (the ASGI ``send`` of the first chunk; the
+  response head's send, before it, is timed as a step).
 
 ``other`` is the span minus its named steps (the handler's own code, the event loop between
 awaits). Run it against another checkout with that tree first on ``PYTHONPATH``:
