@@ -4,17 +4,22 @@ The gateway runs in this process (uvicorn as ``specroute serve`` configures it, 
 stub backend in another; one client sends streaming requests one at a time (c=1), each with
 a prompt never sent before (production-shaped chat, code and retrieval prompts, as real
 traffic does not repeat prompts). The steps of the request path are wrapped here, in the
-benchmark, with thread CPU timestamps (``time.thread_time_ns``): nothing in the gateway is
-changed. Two spans are reported, per step p50/p99 in µs of CPU:
+benchmark, with thread CPU timestamps (``time.thread_time_ns``) and wall-clock ones
+(``time.perf_counter_ns``): nothing in the gateway is changed. Two spans are reported, per
+step p50/p99 in µs of CPU and of wall time (wall above CPU: the process waited, for the
+core or in a system call):
 
 - **before the upstream write**: from the ASGI call to the upstream request's write
   (uvicorn's own parsing of the request, before the ASGI call, is not in it);
 - **after the first byte**: from the upstream client handing over the first chunk to the
-  first body write to the client (the ASGI ``send`` of the first chunk).
+  end of the first body write to the client (the ASGI ``send`` of the first chunk; the
+  response head's send, before it, is timed as a step).
 
 ``other`` is the span minus its named steps (the handler's own code, the event loop between
 awaits). Run it against another checkout with that tree first on ``PYTHONPATH``:
-``PYTHONPATH=<tree> python <this tree>/loadtests/ttft_breakdown.py``.
+``PYTHONPATH=<tree> python <this tree>/loadtests/ttft_breakdown.py``. ``--delay-ms 10``
+spaces the stub's events as the overhead benchmark does: between two requests the gateway
+then sits idle, and each request runs on cooler caches, as at c=1 there.
 """
 
 from __future__ import annotations
@@ -43,28 +48,41 @@ from loadtests.stub_backend import new_event_loop
 MODEL = "stub-model"
 BEFORE = "before the upstream write"
 AFTER = "after the first byte"
+# uvicorn's handling of ``http.response.start`` (it writes, or holds, the response head).
+RESPONSE_START = "response start (ASGI send)"
+
+
+# A step's or span's wall time is kept under its name with this suffix.
+WALL = " (wall)"
+
+
+def _now() -> tuple[int, int]:
+    return time.thread_time_ns(), time.perf_counter_ns()
 
 
 class Clock:
-    """Step durations and marks of the request in flight (one at a time)."""
+    """Step durations and marks of the request in flight (one at a time): CPU and wall."""
 
     def __init__(self) -> None:
         self.steps: dict[str, int] = {}
-        self.marks: dict[str, int] = {}
+        self.marks: dict[str, tuple[int, int]] = {}
         self.rows: list[dict[str, int]] = []
 
     def mark(self, name: str) -> None:
-        self.marks.setdefault(name, time.thread_time_ns())
+        self.marks.setdefault(name, _now())
 
-    def add(self, name: str, ns: int) -> None:
-        self.steps[name] = self.steps.get(name, 0) + ns
+    def add(self, name: str, start: tuple[int, int]) -> None:
+        cpu, wall = _now()
+        self.steps[name] = self.steps.get(name, 0) + cpu - start[0]
+        self.steps[name + WALL] = self.steps.get(name + WALL, 0) + wall - start[1]
 
     def close(self) -> None:
         marks = self.marks
         if {"arrive", "write", "chunk", "body"} <= marks.keys():
             row = dict(self.steps)
-            row[BEFORE] = marks["write"] - marks["arrive"]
-            row[AFTER] = marks["body"] - marks["chunk"]
+            for span, begin, end in ((BEFORE, "arrive", "write"), (AFTER, "chunk", "body")):
+                row[span] = marks[end][0] - marks[begin][0]
+                row[span + WALL] = marks[end][1] - marks[begin][1]
             self.rows.append(row)
         self.steps, self.marks = {}, {}
 
@@ -74,21 +92,21 @@ def _timed(clock: Clock, name: str, func: Callable[..., Any]) -> Callable[..., A
 
         @functools.wraps(func)
         async def timed_async(*args: Any, **kwargs: Any) -> Any:
-            start_ns = time.thread_time_ns()
+            start = _now()
             try:
                 return await func(*args, **kwargs)
             finally:
-                clock.add(name, time.thread_time_ns() - start_ns)
+                clock.add(name, start)
 
         return timed_async
 
     @functools.wraps(func)
     def timed(*args: Any, **kwargs: Any) -> Any:
-        start_ns = time.thread_time_ns()
+        start = _now()
         try:
             return func(*args, **kwargs)
         finally:
-            clock.add(name, time.thread_time_ns() - start_ns)
+            clock.add(name, start)
 
     return timed
 
@@ -151,9 +169,14 @@ def marking_app(app: Any, clock: Clock) -> Any:
         clock.mark("arrive")
 
         async def marked_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                start = _now()
+                await send(message)
+                clock.add(RESPONSE_START, start)
+                return
+            await send(message)
             if message["type"] == "http.response.body":
                 clock.mark("body")
-            await send(message)
 
         await app(scope, receive, marked_send)
 
@@ -196,7 +219,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, int]]:
     stub_port = free_port()
     stub = await start(
         "stub",
-        ["loadtests.stub_backend", "--port", str(stub_port), "--delay-ms", "0"],
+        ["loadtests.stub_backend", "--port", str(stub_port), "--delay-ms", f"{args.delay_ms:g}"],
         stub_port,
         "/health",
     )
@@ -259,23 +282,28 @@ def report(rows: list[dict[str, int]]) -> str:
         "upstream headers",
         "upstream request head",
     ]
-    after = ["response headers"]
-    lines = [f"{len(rows)} requests, c=1, thread CPU µs per request"]
-    lines.append(f"  {'step':<34}{'p50':>9}{'p99':>9}")
+    after = ["response headers", RESPONSE_START]
+    lines = [f"{len(rows)} requests, c=1, µs per request (thread CPU, then wall)"]
+    head = "".join(f"{h:>9}" for h in ("cpu p50", "cpu p99", "wall p50", "wall p99"))
+    lines.append(f"  {'step':<34}{head}")
     for span, names in ((BEFORE, before), (AFTER, after)):
         named = [n for n in names if n != "latency forecast"]  # inside "account"
         columns: dict[str, list[int]] = defaultdict(list)
         for row in rows:
-            for name in names:
-                columns[name].append(row.get(name, 0))
-            columns["other"].append(row[span] - sum(row.get(n, 0) for n in named))
-            columns[span].append(row[span])
+            for suffix in ("", WALL):
+                for name in names:
+                    columns[name + suffix].append(row.get(name + suffix, 0))
+                inside = sum(row.get(n + suffix, 0) for n in named)
+                columns["other" + suffix].append(row[span + suffix] - inside)
+                columns[span + suffix].append(row[span + suffix])
         lines.append(f"  {span}:")
         for name in [*names, "other", span]:
             label = f"    {name}" if name != span else f"  = {span}"
-            lines.append(
-                f"  {label:<34}{_pct(columns[name], 0.5):>9.1f}{_pct(columns[name], 0.99):>9.1f}"
+            figures = [columns[name], columns[name], columns[name + WALL], columns[name + WALL]]
+            cells = "".join(
+                f"{_pct(v, q):>9.1f}" for v, q in zip(figures, (0.5, 0.99) * 2, strict=True)
             )
+            lines.append(f"  {label:<34}{cells}")
     return "\n".join(lines)
 
 
@@ -284,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=60)
     parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument(
+        "--delay-ms", type=float, default=0.0, help="the stub's delay between events"
+    )
     parser.add_argument(
         "--same-prompt", action="store_true", help="send one prompt again and again (warm)"
     )

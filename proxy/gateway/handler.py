@@ -197,9 +197,10 @@ class Gateway:
                     param="model",
                     code="model_not_found",
                 )
-            info = self._request_info(parsed, scope, request_id)
+            wanted = requested_output_tokens(parsed.body)
+            info = self._request_info(parsed, scope, request_id, wanted)
             info.tenant = tenant.name if tenant is not None else None
-            reserve = estimate_prompt_tokens(raw) + requested_output_tokens(parsed.body)
+            reserve = estimate_prompt_tokens(raw) + wanted
             admission = await self.door.admit(tenant, parsed.model, reserve, request_id)
             caller = self._caller(scope, admission)
             watch = Watch(receive)
@@ -215,7 +216,9 @@ class Gateway:
             if admission is not None:
                 await self._settle(admission, kind, served)
 
-    def _request_info(self, parsed: ParsedRequest, scope: Message, request_id: str) -> RequestInfo:
+    def _request_info(
+        self, parsed: ParsedRequest, scope: Message, request_id: str, wanted: int
+    ) -> RequestInfo:
         classification = self.runtime.classify(parsed, _header(scope, b"x-specroute-class"))
         sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
         if sticky is None and isinstance(parsed.body.get("user"), str):
@@ -227,7 +230,7 @@ class Gateway:
             sticky,
             request_id,
             prompt_bytes=len(parsed.raw),
-            max_tokens=requested_output_tokens(parsed.body) or None,
+            max_tokens=wanted or None,
             prefix_chunks=prompt_chunks(parsed.body),
         )
 

@@ -28,7 +28,21 @@ class Watch:
         self._closed = False
         self._target = asyncio.current_task()
         self._receive = receive
-        self._watcher = asyncio.get_running_loop().create_task(self._listen())
+        self._watcher: asyncio.Task[None] | None = None
+        self._starting: asyncio.Handle | None = None
+        self._start_soon()
+
+    def _start_soon(self) -> None:
+        # The listening task is made on the loop's next turn: the request's task runs on
+        # without a pause up to its first wait (the upstream's answer, after the request is
+        # written), and a task made earlier would not run before then either. Making it
+        # (~15-20 µs with cold caches) then happens after the upstream write, not before.
+        self._starting = asyncio.get_running_loop().call_soon(self._start)
+
+    def _start(self) -> None:
+        self._starting = None
+        if not self._closed:
+            self._watcher = asyncio.get_running_loop().create_task(self._listen())
 
     async def _listen(self) -> None:
         while True:
@@ -55,9 +69,13 @@ class Watch:
         self.why = None
         self._closed = False
         self._target = asyncio.current_task()
-        self._watcher = asyncio.get_running_loop().create_task(self._listen())
+        self._start_soon()
 
     def close(self) -> None:
         """The request is over: later disconnects (the normal end) mean nothing."""
         self._closed = True
-        self._watcher.cancel()
+        if self._starting is not None:
+            self._starting.cancel()
+            self._starting = None
+        if self._watcher is not None:
+            self._watcher.cancel()
