@@ -424,12 +424,7 @@ class DecisionCache:
         if backends is listed and len(pending) * 4 < len(listed):
             # Few: found through their places, the others (filtered out) left pending.
             places = [i for name in pending if (i := pos.get(name)) is not None]
-            values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
-            self.rescored += len(values)
-            raised = scores.leaders.raised
-            for i, value in zip(places, values, strict=True):
-                totals[i] = value
-                raised(i, value)
+            self._rescore_places(ctx, scores, listed, places, weigh)
             if len(places) == len(pending):
                 pending.clear()
             else:
@@ -452,6 +447,23 @@ class DecisionCache:
             totals[i] = value
             raised(i, value)
 
+    def _rescore_places(
+        self,
+        ctx: SchedulingContext,
+        scores: _Scores,
+        listed: list[BackendState],
+        places: list[int],
+        weigh: bool,
+    ) -> None:
+        """Re-score the candidates at ``places`` into the kept totals; tell the leaders."""
+        assert self._builtin is not None
+        values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
+        self.rescored += len(values)
+        totals, raised = scores.totals, scores.leaders.raised
+        for i, value in zip(places, values, strict=True):
+            totals[i] = value
+            raised(i, value)
+
     def _rescore_at(
         self, ctx: SchedulingContext, group: _Group, scores: _Scores, skip: frozenset[int]
     ) -> None:
@@ -463,12 +475,7 @@ class DecisionCache:
         places = [i for name in pending if (i := pos.get(name)) is not None and i not in skip]
         if places:
             weigh = self._weigh and self._fleet.weighted
-            values = self._builtin.totals(ctx, [listed[i] for i in places], weigh)
-            self.rescored += len(values)
-            totals, raised = scores.totals, scores.leaders.raised
-            for i, value in zip(places, values, strict=True):
-                totals[i] = value
-                raised(i, value)
+            self._rescore_places(ctx, scores, listed, places, weigh)
         if len(places) == len(pending):
             pending.clear()
         else:
