@@ -78,7 +78,9 @@ class LatencyScorer:
         budget = ttft_goal + tpot_goal * later
         harm = self.neighbour_weight / (tpot_goal * ctx.latency.typical_output_tokens())
         predicted = ctx.latency.latencies(backends, request)
-        # ``rate`` and ``combine`` fused into comprehensions (hot path: 64 backends).
+        # ``rate`` fused into comprehensions, then the chance relative to the best backend's
+        # (under overload every chance is small, and the best is still worth taking) plus the
+        # speed share, over 1 + the harm done to the neighbours (hot path: 64 backends).
         t_scale, p_scale = 1.0 / ttft_goal, 1.0 / tpot_goal
         if later:
             meets = [
@@ -122,22 +124,6 @@ class LatencyScorer:
         share = 1.0 - best / self.saturated_below
         least, keep = min(works), 1.0 - share
         return [keep * x + share * least / k for x, k in zip(scores, works, strict=True)]
-
-    def combine(
-        self, rated: list[tuple[float, float, float]], works: Sequence[int] = ()
-    ) -> list[float]:
-        """Scores from (P(meet), speed, harm): the chance relative to the best backend's
-        (under overload every chance is small, and the best is still worth taking) plus
-        the speed share, divided by 1 + the harm done to the neighbours; below
-        ``saturated_below`` blended with the fewest queued prompt tokens (``works``: each
-        backend's queued plus the request's own). ``score_all`` computes the same, fused."""
-        best = max((meet for meet, _, _ in rated), default=0.0)
-        w = self.latency_weight
-        scale = (1.0 - w) / best if best > 0.0 else 0.0
-        scores = [(scale * meet + w * speed) / (1.0 + harm) for meet, speed, harm in rated]
-        if best < self.saturated_below and works:
-            return self.blend(scores, works, best)
-        return scores
 
     def rate(
         self, ttft: float, tpot: float, objective: Objective, tokens: float
