@@ -68,6 +68,9 @@ def exposure(records: Sequence[RequestRecord], fault_at: float, scale: float) ->
         "seconds": (last - fault_at) / scale,
         "probes": sum(1 for r in after if r.backend == COLLAPSED and _probe(r)),
         "moved_off": moved,
+        # How many of this stream's requests went elsewhere after the last hit: the evidence
+        # behind `moved_off`, printed so a run that falls short shows by how much.
+        "requests_after_last": later,
         "share_after": sum(1 for r in after if r.backend == COLLAPSED) / len(after)
         if after
         else None,

@@ -202,7 +202,7 @@ async def test_routing_quality_compares_policies_on_one_trace(tmp_path: Path) ->
 
 async def test_acceptance_collapse_moves_traffic_off_the_collapsed_head(tmp_path: Path) -> None:
     args = acceptance_collapse.parse_args(
-        ["--quick", "--trace", "c12@2", "--fault-at", "0.7", "--time-scale", "1.5"]
+        ["--quick", "--trace", "c12@3", "--fault-at", "0.7", "--time-scale", "1.5"]
     )
     results = await acceptance_collapse.run(args)
     print(acceptance_collapse.render(results, tmp_path))
@@ -218,7 +218,11 @@ async def test_acceptance_collapse_moves_traffic_off_the_collapsed_head(tmp_path
     # n-gram engine is busy prefilling (the load scorer counts pending prompt tokens), a
     # request now and then until enough of their own were measured there: each class sees
     # at most `recent` (8) requests on the collapsed head, then only probes.
-    assert floor["exposure_by_class"]["chat"]["moved_off"]
+    # Three model seconds leave about 2.3 s after the fault: some 30 chat requests, so the
+    # ten that must follow the last hit are there even when the first few land late (two
+    # seconds left ~12 and failed on a slow host).
+    chat = floor["exposure_by_class"]["chat"]
+    assert chat["moved_off"], chat
     assert all(e["requests"] <= 8 for e in floor["exposure_by_class"].values())
     assert floor["exposure"]["requests"] <= 25
     assert open_["exposure"]["probes"] == 0  # no floor filter, no probes
