@@ -203,6 +203,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         await stop_tasks(tasks, TASKS_STOP_S)
+        # The traffic log's drain was started by the first request, not by this lifespan:
+        # closed here, it writes what is still queued and closes its files before the store
+        # (one of its sinks) goes.
+        for log in parts.traffic:
+            await log.close()
         await upstream.close()
         await passthrough.aclose()
         await door.close()

@@ -1,8 +1,10 @@
 """SIGTERM while a stream is open: the stream finishes within ``shutdown_drain_s``, and one
-still open when that time is up ends with an error event and ``[DONE]``, not cut silently."""
+still open when that time is up ends with an error event and ``[DONE]``, not cut silently;
+the traffic log is written out and its drain ended at shutdown."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -12,8 +14,11 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
+from proxy.gateway.app import create_app
+from proxy.settings import Settings
 from proxy.sim.config import Faults, SimConfig
 from proxy.sim.server import run_sim_in_thread
 from tests.gateway_rig import free_port, sim_backend, write_policy
@@ -96,3 +101,20 @@ def test_sigterm_drains_open_streams(tmp_path: Path, drain_s: int, finished: boo
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def test_shutdown_writes_the_traffic_log_and_ends_its_drain(tmp_path: Path) -> None:
+    """The drain task starts with the first request: the app's shutdown must end it and
+    leave every request's record in the file, not a pending task and a queue."""
+    log = tmp_path / "traffic.jsonl"
+    app = create_app(Settings(scrape_interval_s=0.2, traffic_log_path=log))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            for _ in range(5):
+                body = BODY | {"stream": False, "max_tokens": 2}
+                assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+    drains = [t for t in asyncio.all_tasks() if t.get_name() == "traffic-log" and not t.done()]
+    assert drains == []
+    lines = log.read_bytes().splitlines()
+    assert len(lines) == 5 and all(orjson.loads(line)["status"] == 200 for line in lines)
