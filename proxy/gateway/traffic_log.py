@@ -185,14 +185,22 @@ class TrafficLog:
         return self._queue.qsize()
 
     async def _drain(self) -> None:
+        writing: asyncio.Future[None] | None = None
         try:
             while True:
                 records = [await self._queue.get()]
                 while len(records) < self._batch and not self._queue.empty():
                     records.append(self._queue.get_nowait())
-                await self._write(records)
+                # Shielded: a cancel (shutdown) that lands mid-write must not drop the batch
+                # already taken off the queue; it is finished below, before what is queued.
+                writing = asyncio.ensure_future(self._write(records))
+                await asyncio.shield(writing)
+                writing = None
         except asyncio.CancelledError:
-            # The loop is shutting down (the server stopped): write what is still queued.
+            # The loop is shutting down (the server stopped): finish the batch in hand, then
+            # write what is still queued.
+            if writing is not None:
+                await writing
             await self.flush()
             raise
 

@@ -119,7 +119,7 @@ class Broadcast:
                 missed = True
             finally:
                 with contextlib.suppress(Exception):
-                    closing = pubsub.aclose()  # type: ignore[no-untyped-call]
+                    closing = pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]  # typed from redis 8
                     await asyncio.wait_for(closing, self._guard.timeout_s)
 
     def _deliver(self, queue: Queue, data: Any) -> None:

@@ -148,6 +148,32 @@ async def test_what_is_queued_at_shutdown_is_written(tmp_path: Path) -> None:
     assert len(lines(path)) == 6
 
 
+class SlowSink:
+    """A sink whose write takes a while: shutdown lands while a batch is being written."""
+
+    def __init__(self) -> None:
+        self.rows: list[TrafficRecord] = []
+        self.writing = asyncio.Event()
+
+    async def write(self, records: list[TrafficRecord]) -> None:
+        self.writing.set()
+        await asyncio.sleep(0.05)
+        self.rows.extend(records)
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_batch_being_written_at_shutdown_is_not_lost() -> None:
+    sink = SlowSink()
+    log = TrafficLog([sink], None)
+    log.on_outcome(parsed(), outcome(), route_to("b"))
+    await asyncio.wait_for(sink.writing.wait(), 5)  # the drain holds that record now
+    log.on_outcome(parsed(), outcome(), route_to("b"))
+    await log.close()
+    assert len(sink.rows) == 2
+
+
 def test_each_worker_process_writes_its_own_file(tmp_path: Path) -> None:
     settings = Settings(traffic_log_path=tmp_path / "t.jsonl", workers=2)
     (log,) = traffic_log(settings, MemoryStore(), CollectorRegistry())
