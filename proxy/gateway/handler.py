@@ -630,12 +630,28 @@ class Gateway:
         # The sentence is built here, while the backend prefills, whether or not it is sent:
         # read later (the console, after the response), it would describe the fleet's state
         # at that later moment rather than the one the request was routed on.
-        reason = route.reason.text
+        reason = self._routed_text(attempt, route)
         if self.settings.route_headers:
             text = f"pool={route.pool}; backend={route.backend}; reason={reason}"
             headers.append((b"x-specroute-backend", route.backend.encode("latin-1")))
             headers.append((b"x-specroute-route", text.encode("ascii", "replace")))
         attempt.head = headers
+
+    @staticmethod
+    def _routed_text(attempt: _Attempt, route: Route) -> str:
+        """The route's sentence for the fleet as the scheduler saw it: the attempt's own
+        in-flight count and pending prompt are off its backend while the sentence is built
+        (no await in between, so no other request sees the difference). Counted, they made
+        its predictions those of a request queued behind itself: one more in the batch and
+        its own prompt twice in the TTFT."""
+        backend, prefill = attempt.backend, attempt.prefill
+        backend.local_inflight -= 1
+        backend.prefill_pending -= prefill
+        try:
+            return route.reason.text
+        finally:
+            backend.local_inflight += 1
+            backend.prefill_pending += prefill
 
     def _response_headers(self, attempt: _Attempt, content_type: str) -> list[tuple[bytes, bytes]]:
         self._prepare(attempt)  # already done unless the first byte beat the loop's next turn

@@ -201,6 +201,9 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
         assert backends == {"ngram-0"}
         route = responses[-1].headers["x-specroute-route"]
         assert "predicted TTFT ~" in route and "P(TTFT <= 400 ms, TPOT <= 20 ms)" in route
+        # One request at a time: the prediction is for an idle engine, not for one already
+        # holding this request (batch 2, its own prompt queued ahead of itself).
+        assert "(batch 1, 0 tok queued" in route, route
         body = {"model": MODEL, "messages": CODE, "max_tokens": 32}
         report = httpx.post(gw.url + "/admin/explain", json=body).json()
         assert report["chosen"] == "ngram-0"

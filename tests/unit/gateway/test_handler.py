@@ -191,7 +191,8 @@ async def test_the_route_sentence_describes_the_fleet_the_request_was_routed_on(
     for b in gateway.runtime.fleet.backends.values():
         b.local_inflight = 57
     assert route.reason.text == sentence
-    assert "load 1 < break-even" in sentence, sentence  # its own request counted
+    # As the scheduler saw it: before the request itself counted on its backend.
+    assert "load 0 < break-even" in sentence, sentence
 
 
 async def test_every_attempt_5xx_keeps_the_upstream_status_and_body() -> None:
