@@ -38,7 +38,9 @@ class NumericsConfig(BaseModel):
         default=0.05,
         ge=0,
         le=1,
-        description="share of sampled outputs also replayed reference against reference",
+        description="share of the reference pool's greedy outputs replayed reference against "
+        "reference, while some shadow rate (the policy's or a canary's) samples speculative "
+        "outputs",
     )
     control_min_samples: int = Field(default=50, ge=1)
     prior_floor: float = Field(default=0.1, ge=0, lt=1)
@@ -70,6 +72,11 @@ class ShadowConfig(BaseModel):
     quarantine: QuarantineConfig = QuarantineConfig()
     numerics: NumericsConfig = NumericsConfig()
     timeout_s: float = Field(default=120.0, gt=0)
+
+    def samples_any(self) -> bool:
+        """Whether some rate of this section samples speculative outputs at all."""
+        tables = (self.pool_rates, self.backend_rates, self.draft_version_rates)
+        return self.rate > 0 or any(r > 0 for table in tables for r in table.values())
 
     def rate_for(self, backend: str, pool: str, draft_version: str) -> float:
         """The most specific rate: backend, then draft version, then pool, then default."""

@@ -127,6 +127,7 @@ class ShadowVerifier:
         self.client = client
         self.metrics = metrics
         self.config = ShadowConfig()
+        self._samples = False  # config.samples_any(), read per request
         self.judge = GroupJudge(store, metrics, self, group_listeners)
         self._queue: asyncio.Queue[ShadowJob] = asyncio.Queue(self.config.queue_size)
         self._random = random.Random()
@@ -144,6 +145,7 @@ class ShadowVerifier:
 
     def configure(self, config: ShadowConfig) -> None:
         self.config = config
+        self._samples = config.samples_any()
         self.judge.configure(config)
         if config.queue_size != self._queue.maxsize:
             old, self._queue = self._queue, asyncio.Queue(config.queue_size)
@@ -169,9 +171,14 @@ class ShadowVerifier:
         if cfg.reference_pool is None:
             return False
         if not backend.speculative:
-            # The reference pool's own greedy output: a control sample for the noise floor.
-            control = cfg.numerics.control_rate if cfg.numerics.enabled else 0.0
-            return backend.pool == cfg.reference_pool and self._draw(control)
+            # The reference pool's own greedy output: a control sample for the noise floor,
+            # which only judging speculative samples needs. With every rate at zero the
+            # shadow is off, and controls would spend the reference's capacity for nothing.
+            if backend.pool != cfg.reference_pool or not cfg.numerics.enabled:
+                return False
+            if not (self._samples or (self._rates and self._rates.shadow_rates())):
+                return False
+            return self._draw(cfg.numerics.control_rate)
         rate = self._rates.shadow_rates().get(backend.name) if self._rates else None
         if rate is None:
             rate = cfg.rate_for(backend.name, backend.pool, backend.spec.draft_version)

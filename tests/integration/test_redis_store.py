@@ -219,6 +219,10 @@ async def test_redis_killed_mid_use_degrades_once_and_resyncs(
     local = await store.read_after("obs", None)
     assert [e.record["i"] for e in local] == [1, 2]
     assert [e.record["i"] for e in await store.recent("obs", 5)] == [2, 1]
+    # The peer meets the outage too: on its own it may make no call before the restart
+    # (its subscriber can miss so short an outage), and then it has no episode to report.
+    assert await peer.get_doc("canary") == {"state": "before"}
+    assert peer.health().degraded
 
     redis_replicas.server.start()  # empty: no persistence
     await recovered(store)

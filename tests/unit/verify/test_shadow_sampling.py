@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import httpx
 import orjson
 
 from proxy.gateway.request import parse_request
+from proxy.metrics import GatewayMetrics
+from proxy.policy.shadow import ShadowConfig
 from proxy.records import Endpoint
-from proxy.verify.shadow import single_output
+from proxy.routing.fleet import Fleet
+from proxy.store.memory import MemoryStore
+from proxy.verify.shadow import ShadowVerifier, single_output
+from tests.unit.policy_helpers import mixed_fleet
 
 
 def parsed(kind: Endpoint, **body: Any) -> Any:
@@ -32,3 +39,41 @@ def test_several_prompts_are_not() -> None:
     # Their choices stream interleaved; the replay is read for its first choice only.
     assert not single_output(parsed(Endpoint.COMPLETIONS, prompt=["x", "y"]))
     assert not single_output(parsed(Endpoint.COMPLETIONS, prompt=[[1], [2]]))
+
+
+class Canary:
+    def __init__(self) -> None:
+        self.rates: dict[str, float] = {}
+
+    def shadow_rates(self) -> Mapping[str, float]:
+        return self.rates
+
+
+def captures(verifier: ShadowVerifier, backend: str, draws: int = 200) -> int:
+    state = verifier.fleet.backends[backend]
+    return sum(verifier.should_capture(state) for _ in range(draws))
+
+
+async def test_controls_are_drawn_only_while_speculative_outputs_are_sampled() -> None:
+    canary = Canary()
+    async with httpx.AsyncClient() as client:
+        verifier = ShadowVerifier(
+            Fleet(mixed_fleet()), MemoryStore(), client, GatewayMetrics(), rates=canary
+        )
+        control = {"control_rate": 1.0}
+        verifier.configure(ShadowConfig(reference_pool="plain", rate=0.0, numerics=control))
+        # Shadow off: the reference's own outputs are not replayed either.
+        assert captures(verifier, "plain-0") == captures(verifier, "eagle-0") == 0
+        verifier.configure(
+            ShadowConfig(reference_pool="plain", pool_rates={"ngram": 0.5}, numerics=control)
+        )
+        assert captures(verifier, "plain-0") == 200
+        assert 0 < captures(verifier, "ngram-0") < 200 and captures(verifier, "eagle-0") == 0
+        verifier.configure(ShadowConfig(reference_pool="plain", numerics=control))
+        canary.rates = {"eagle-0": 1.0}  # a running canary shadows its candidate
+        assert captures(verifier, "plain-0") == captures(verifier, "eagle-0") == 200
+        verifier.configure(
+            ShadowConfig(reference_pool="plain", rate=1.0, numerics={"enabled": False})
+        )
+        canary.rates = {}
+        assert captures(verifier, "plain-0") == 0 and captures(verifier, "ngram-0") == 200
