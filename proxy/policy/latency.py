@@ -24,13 +24,24 @@ class ModelSlo(_Strict):
 
 
 class SloSettings(_Strict):
-    """Objectives per request: the most specific of model+class, model, class, default."""
+    """Objectives per request: the most specific of tenant+class, tenant, model+class,
+    model, class, default. A tenant's objective comes first: it is what that caller was
+    promised, whichever model it asks."""
 
     default: Objective = Objective()
     classes: dict[str, Objective] = Field(default_factory=dict)
     models: dict[str, ModelSlo] = Field(default_factory=dict)
+    tenants: dict[str, ModelSlo] = Field(
+        default_factory=dict, description="by tenant name (the API keys file's `tenant`)"
+    )
 
-    def objective(self, model: str, label: str) -> Objective:
+    def objective(self, model: str, label: str, tenant: str | None = None) -> Objective:
+        if tenant is not None and self.tenants:
+            per_tenant = self.tenants.get(tenant)
+            if per_tenant is not None:
+                found = per_tenant.classes.get(label) or per_tenant.default
+                if found is not None:
+                    return found
         per_model = self.models.get(model)
         if per_model is not None:
             found = per_model.classes.get(label) or per_model.default

@@ -198,3 +198,29 @@ def test_backend_back_off_and_the_gateways_own_503(sim: SimServer, tmp_path: Pat
             assert resp.status_code == 503
             assert resp.json()["error"]["code"] == "no_healthy_backend"
             assert resp.headers["retry-after"] == "1"
+
+
+def test_a_tenants_objective_is_the_one_its_requests_are_routed_by(
+    sim: SimServer, tmp_path: Path
+) -> None:
+    policy = write_policy(
+        tmp_path / "p.yaml",
+        {
+            "backends": [sim_backend("b", sim.url, "plain")],
+            "routing": {"scorers": [{"type": "latency"}]},
+            "slo": {"tenants": {"search": {"default": {"ttft_ms": 120, "tpot_ms": 8}}}},
+        },
+    )
+    search, other = "sk-search-0123456789", "sk-other-0123456789"
+    keys = write_keys(
+        tmp_path / "keys.yaml", {"search": {}, "other": {}}, {search: "search", other: "other"}
+    )
+    with run_gateway(Settings(policy_path=policy, port=0, keys_file=keys)) as handle:
+        routes = {}
+        for key in (search, other):
+            raw = sdk(handle, key).chat.completions.with_raw_response.create(
+                model=MODEL, messages=HI, max_tokens=4
+            )
+            routes[key] = raw.headers["x-specroute-route"]
+    assert "P(TTFT <= 120 ms, TPOT <= 8 ms)" in routes[search], routes[search]
+    assert "P(TTFT <= 500 ms, TPOT <= 25 ms)" in routes[other], routes[other]

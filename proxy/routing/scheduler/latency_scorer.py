@@ -70,7 +70,7 @@ class LatencyScorer:
         self, ctx: SchedulingContext, backends: Sequence[BackendState]
     ) -> Sequence[float]:
         request = ctx.request
-        objective = ctx.policy.slo.objective(request.model, request.label)
+        objective = ctx.policy.slo.objective(request.model, request.label, request.tenant)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
         ttft_goal, tpot_goal = objective.ttft_ms / 1000.0, objective.tpot_ms / 1000.0
         spread = self.spread
@@ -141,7 +141,7 @@ class LatencyScorer:
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         request = ctx.request
-        objective = ctx.policy.slo.objective(request.model, request.label)
+        objective = ctx.policy.slo.objective(request.model, request.label, request.tenant)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
         p = ctx.latency.predict(backend, request)
         meet, _ = self.rate(p.ttft_s, p.tpot_s, objective, tokens)

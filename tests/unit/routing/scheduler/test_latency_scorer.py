@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.policy import PolicyError, load_policy, parse_policy
+from proxy.policy import Objective, PolicyError, SloSettings, load_policy, parse_policy
 from proxy.records import RequestInfo
 from proxy.routing.scheduler.latency_scorer import LatencyScorer
 from proxy.routing.scheduler.scheduler import Scheduler
@@ -87,6 +87,44 @@ def test_slo_and_latency_sections_are_validated() -> None:
     ):
         with pytest.raises(PolicyError):
             parse_policy(base + bad)
+
+
+def test_a_tenants_objective_comes_before_the_models_and_the_class() -> None:
+    slo = SloSettings.model_validate(
+        {
+            "classes": {"code": {"ttft_ms": 300}},
+            "models": {"m": {"default": {"ttft_ms": 800}}},
+            "tenants": {
+                "search": {"default": {"ttft_ms": 150}, "classes": {"chat": {"ttft_ms": 90}}},
+                "batch": {"classes": {"rag": {"ttft_ms": 5000}}},
+            },
+        }
+    )
+    assert slo.objective("m", "chat", "search").ttft_ms == 90
+    assert slo.objective("m", "code", "search").ttft_ms == 150
+    assert slo.objective("other", "code", "search").ttft_ms == 150
+    assert slo.objective("m", "rag", "batch").ttft_ms == 5000
+    assert slo.objective("m", "code", "batch").ttft_ms == 800  # no tenant default: model
+    assert slo.objective("other", "code", "batch").ttft_ms == 300
+    assert slo.objective("m", "code", "unknown").ttft_ms == 800
+    assert slo.objective("m", "code", None).ttft_ms == 800
+
+
+def test_the_scorer_routes_and_explains_by_the_callers_objective() -> None:
+    tight = {"ttft_ms": 100, "tpot_ms": 5}
+    s = scheduler(slo={"tenants": {"search": {"default": tight}}})
+    request = RequestInfo("m", "chat", prompt_bytes=2000, max_tokens=50, tenant="search")
+    assert "P(TTFT <= 100 ms, TPOT <= 5 ms)" in s.reason(s.schedule(request)).text
+    anyone = RequestInfo("m", "chat", prompt_bytes=2000, max_tokens=50)
+    assert "P(TTFT <= 500 ms, TPOT <= 25 ms)" in s.reason(s.schedule(anyone)).text
+    # The chance the scores are made of is the tenant's: a 5 ms TPOT is hard to meet.
+    ctx, backends = s._context(request), list(s.fleet.backends.values())
+    strict = LatencyScorer(latency_weight=0.0, neighbour_weight=0.0)
+    before = [s.latency.predict(b, request) for b in backends]
+    tokens = s.latency.output_tokens("chat", 50)
+    rated = [strict.rate(p.ttft_s, p.tpot_s, Objective(**tight), tokens)[0] for p in before]
+    best = max(rated)
+    assert strict.score_all(ctx, backends) == pytest.approx([r / best for r in rated])
 
 
 def test_power_of_two_takes_the_better_of_two_random_backends() -> None:
