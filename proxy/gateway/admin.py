@@ -272,6 +272,9 @@ def admin_router() -> APIRouter:
             prompt_bytes=len(raw),
             max_tokens=requested_output_tokens(parsed.body) or None,
             prefix_chunks=prompt_chunks(parsed.body),
+            # Whose objective the latency scorer weighs (slo.tenants): the caller's own
+            # key is the operator's, so the tenant to explain for is named.
+            tenant=request.query_params.get("tenant") or None,
         )
         decision = runtime.scheduler.schedule(info, explain=True)
         explained = runtime.scheduler.explain(decision)
@@ -284,9 +287,12 @@ def admin_router() -> APIRouter:
                 "tpot_ms": round(p.tpot_s * 1000, 3),
                 "why": p.describe(),
             }
+        objective = runtime.policy.slo.objective(parsed.model, classification.label, info.tenant)
         result: dict[str, Any] = {
             "kind": kind,
             "model": parsed.model,
+            "tenant": info.tenant,
+            "objective": {"ttft_ms": objective.ttft_ms, "tpot_ms": objective.tpot_ms},
             "classification": {
                 "label": classification.label,
                 "reason": classification.reason,

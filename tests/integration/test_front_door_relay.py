@@ -222,5 +222,16 @@ def test_a_tenants_objective_is_the_one_its_requests_are_routed_by(
                 model=MODEL, messages=HI, max_tokens=4
             )
             routes[key] = raw.headers["x-specroute-route"]
+        body = {"model": MODEL, "messages": HI, "max_tokens": 4}
+        explained = {
+            tenant: httpx.post(
+                handle.url + "/admin/explain", params=params, json=body, timeout=10
+            ).json()
+            for tenant, params in (("search", {"tenant": "search"}), (None, {}))
+        }
+    assert explained["search"]["objective"] == {"ttft_ms": 120, "tpot_ms": 8}
+    assert "P(TTFT <= 120 ms" in explained["search"]["candidates"][0]["why"]["latency"]
+    assert explained[None]["tenant"] is None
+    assert explained[None]["objective"] == {"ttft_ms": 500, "tpot_ms": 25}
     assert "P(TTFT <= 120 ms, TPOT <= 8 ms)" in routes[search], routes[search]
     assert "P(TTFT <= 500 ms, TPOT <= 25 ms)" in routes[other], routes[other]
