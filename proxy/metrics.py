@@ -164,6 +164,14 @@ class GatewayMetrics:
             buckets=TPOT_BUCKETS,
             registry=r,
         )
+        self.slo = Counter(
+            "specroute_slo_requests",
+            "Streamed requests judged against their objective (policy slo: tenant, model, "
+            "class), by model, prompt class, tenant ('' in open mode) and whether both its "
+            "TTFT and TPOT met it",
+            ["model", "class", "tenant", "met"],
+            registry=r,
+        )
         self.shadow = Counter(
             "specroute_shadow",
             "Shadow verifications by backend, pool, draft version and outcome",

@@ -17,6 +17,7 @@ from proxy.gateway.console import RecentRequests
 from proxy.gateway.handler import Gateway
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import OutcomeListener
+from proxy.gateway.slo_meter import SloMeter
 from proxy.gateway.traffic_log import TrafficLog, traffic_log
 from proxy.gateway.upstream import UpstreamClient
 from proxy.metrics import GatewayMetrics
@@ -99,8 +100,10 @@ def compose(
     cached_share = CachedShareAcceptance(fleet, reports)
     traffic = tuple(traffic_log(settings, store, metrics.registry))
     access = (AccessLog(),) if settings.access_log else ()
+    slo = SloMeter(metrics, lambda: runtime.policy.slo)
     listeners: tuple[OutcomeListener, ...] = (
         observer,
+        slo,
         shadow,
         canary,
         recent,

@@ -214,6 +214,13 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
             metrics
         )
         assert 'specroute_latency_correction_ratio{backend="ngram-0",latency="tpot"}' in metrics
+        # Each of the five streams judged against the code objective, met or not.
+        judged = [
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("specroute_slo_requests_total{") and 'class="code"' in line
+        ]
+        assert sum(judged) == 5, judged
 
 
 def test_a_follow_up_turn_goes_where_its_prefix_is_cached(tmp_path: Path) -> None:
