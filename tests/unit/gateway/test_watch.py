@@ -20,18 +20,22 @@ class Client:
         return {"type": "http.disconnect"}
 
 
+async def waited_on(watch: Watch) -> Interruption | None:
+    """A request's long wait (for the first byte) under ``watch``; why it was cut short."""
+    try:
+        await asyncio.sleep(5)
+    except asyncio.CancelledError:
+        return watch.absorb()
+    finally:
+        watch.close()
+    return None
+
+
 async def test_a_disconnect_while_waiting_cancels_the_request_with_the_reason() -> None:
     client = Client()
 
     async def request() -> Interruption | None:
-        watch = Watch(client.receive)
-        try:
-            await asyncio.sleep(5)  # the wait for the first byte
-        except asyncio.CancelledError:
-            return watch.absorb()
-        finally:
-            watch.close()
-        return None
+        return await waited_on(Watch(client.receive))  # made in the request's own task
 
     task = asyncio.create_task(request())
     await asyncio.sleep(0.01)
@@ -82,13 +86,7 @@ async def test_reopened_it_listens_again() -> None:
         await asyncio.sleep(0.01)
         watch.close()
         watch.reopen()
-        try:
-            await asyncio.sleep(5)
-        except asyncio.CancelledError:
-            return watch.absorb()
-        finally:
-            watch.close()
-        return None
+        return await waited_on(watch)
 
     task = asyncio.create_task(request())
     await asyncio.sleep(0.05)
