@@ -33,6 +33,7 @@ import aiohttp
 from loadtests.chaos_client import ChaosClient, ClientConfig, Ending, ReplicaTransport, Result
 from loadtests.chaos_faults import FAULTS, Rig
 from loadtests.chaos_rig import Backends, Gateways, RedisProcess, workdir
+from loadtests.loadgen_sse import cpu_seconds
 from loadtests.processes import free_port
 from loadtests.report import machine, publish_in, report_dir, table
 
@@ -66,12 +67,6 @@ class LoopLag:
             before = loop.time()
             await asyncio.sleep(0.1)
             self.worst = max(self.worst, round(loop.time() - before - 0.1, 3))
-
-
-def _own_cpu_s() -> float:
-    with open("/proc/self/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(slots=True)
@@ -189,7 +184,7 @@ async def under_load(
     client = ChaosClient(transport, ClientConfig())
     results: list[Result] = []
     stop = asyncio.Event()
-    cpu0 = _own_cpu_s()
+    cpu0 = cpu_seconds(os.getpid())
     lag = LoopLag()
     lag_task = asyncio.create_task(lag.run(stop))
     workers = [
@@ -219,7 +214,7 @@ async def under_load(
         "client_failovers": transport.failovers,
         "failure_details": _details(results),
         "bad_requests": _bad(results),
-        "client": {"cpu_s": round(_own_cpu_s() - cpu0, 1), "loop_lag_max_s": lag.worst},
+        "client": {"cpu_s": round(cpu_seconds(os.getpid()) - cpu0, 1), "loop_lag_max_s": lag.worst},
         "events": rig.events,
         "workdir": str(rig.gateways.workdir),
         "duration_s": round(time.monotonic() - rig.t0, 1),

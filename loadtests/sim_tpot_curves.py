@@ -33,6 +33,7 @@ from typing import TypeVar
 import httpx
 import orjson
 
+from loadtests.loadgen_sse import cpu_seconds
 from proxy.sim.config import SimConfig
 from proxy.sim.profile import PROMPT_CLASSES, SpecMethod, StepCostModel
 from proxy.sim.server import SimServer
@@ -340,9 +341,9 @@ async def capacity(streams: int, max_tokens: int) -> str:
     )
     try:
         await _wait_ready("127.0.0.1", port)
-        cpu_before = _cpu_seconds(proc.pid)
+        cpu_before = cpu_seconds(proc.pid)
         point = await closed_loop("127.0.0.1", port, "sim-llama-8b", streams, max_tokens, 10.0)
-        cpu = _cpu_seconds(proc.pid) - cpu_before
+        cpu = cpu_seconds(proc.pid) - cpu_before
         async with httpx.AsyncClient() as client:
             state = (await client.get(f"http://127.0.0.1:{port}/admin/engine")).json()
     finally:
@@ -360,14 +361,6 @@ async def capacity(streams: int, max_tokens: int) -> str:
         f" ({state['late_steps']} of {state['steps']} steps late by half a step or more);"
         f" simulator CPU {cpu / state['generation_tokens'] * 1e6:.1f} us per token-chunk"
     )
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _wait_ready(host: str, port: int) -> None:
