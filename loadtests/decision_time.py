@@ -12,13 +12,16 @@ response starts) is timed apart and counted in the total. Around each decision t
 gateway makes (the chosen backend's in-flight count and pending prefill, the end of the
 oldest of 32 running requests with its acceptance sample, and every 50 requests the other
 replicas' in-flight count of every backend), so the scheduler's kept results
-(``scheduler/cache.py``) are invalidated as in production. Two contenders decide the same
+(``scheduler/cache.py``) are invalidated as in production. What the gateway re-derives
+in the background, after that sync and as the latency model's terms age
+(``Scheduler.refresh``, ``refresh_predictions``), is timed apart as ``refresh``. Two contenders decide the same
 requests through the same changes, in alternating blocks: the scheduler keeping results
 between requests (``cached``) and the one recomputing them for every request
 (``Scheduler(cache=False)``, the code before the cache).
 
 ``--digest`` times nothing: it prints, per contender, a hash of every decision of the run
-(the chosen backend, every candidate's total to the bit, the notes, the route text) with
+(the chosen backend, every candidate's total to the bit, the notes, the route text), and
+one of the choices alone (the chosen backend and the route text), with
 the monotonic clock and the picker's draws fixed, so that two commits can be shown to
 decide alike (run it in each checkout with PYTHONHASHSEED=0 and compare the lines).
 """
@@ -196,6 +199,9 @@ class _Run:
         ]
         self.accepted = [rng.uniform(0, 3) for _ in range(requests)]
         self.states = list(self.scheduler.fleet.backends.values())
+        # When the gateway's ``latency-terms`` task would next run, on the model's clock.
+        self.clock = self.scheduler.latency.clock
+        self.terms_due = 0.0
         self.running: deque[tuple[BackendState, int, str, int]] = deque()
         # Per decision, the backends it re-scored from kept results (the cached one only).
         self.rescored: list[int] = []
@@ -227,6 +233,8 @@ class _Run:
         for i in range(start, stop):
             if i % SYNC_EVERY == 0:
                 self._sync(i // SYNC_EVERY)
+            elif self.clock() >= self.terms_due:
+                self._age()
             raw = raws[i % len(raws)]
             body = orjson.loads(raw)
             before = scheduler.rescored
@@ -266,8 +274,19 @@ class _Run:
         fleet.apply_fleet_inflight(counts, local)
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         self.scheduler.refresh()
+        self.terms_due = self.clock() + self.scheduler.latency.fresh_s / 2
         self.timings["refresh"].append(time.perf_counter_ns() - t0)
         self.timings["refresh_cpu"].append(time.thread_time_ns() - c0)
+
+    def _age(self) -> None:
+        """The gateway's ``latency-terms`` task: the latency model's terms recomputed as
+        they age, every half of ``LatencyModel.fresh_s`` (timed apart with the sync's
+        refresh: background work)."""
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        self.scheduler.refresh_predictions()
+        self.timings["refresh"].append(time.perf_counter_ns() - t0)
+        self.timings["refresh_cpu"].append(time.thread_time_ns() - c0)
+        self.terms_due = self.clock() + self.scheduler.latency.fresh_s / 2
 
     def _dispatch(self, backend: BackendState, tokens: int, label: str, i: int) -> None:
         backend.local_inflight += 1
@@ -338,10 +357,13 @@ def measure(
     return result
 
 
-def digest(backends: int, requests: int, routing: str, cache: bool, seed: int = 7) -> str:
-    """A hash of every decision of one contender's run, with the clock and the draws
-    fixed (``time.monotonic`` is replaced for the run: the filters' back-off checks and
-    the kept verdicts read it)."""
+def digest(
+    backends: int, requests: int, routing: str, cache: bool, seed: int = 7
+) -> tuple[str, str]:
+    """Two hashes of one contender's run, with the clock and the draws fixed
+    (``time.monotonic`` is replaced for the run: the filters' back-off checks and the
+    kept verdicts read it): of every decision whole, and of the choices alone (the chosen
+    backend and the route text: equal where totals differ in their last bits)."""
     clock = [1000.0]
     real = time.monotonic
     time.monotonic = lambda: clock[0]
@@ -349,7 +371,7 @@ def digest(backends: int, requests: int, routing: str, cache: bool, seed: int = 
         run = _Run(backends, requests, seed, routing, cache)
         scheduler = run.scheduler
         scheduler._profile.picker._random.seed(seed)  # type: ignore[attr-defined]
-        seen = hashlib.sha256()
+        seen, choices = hashlib.sha256(), hashlib.sha256()
         schedule = scheduler.schedule
 
         def recorded(request: RequestInfo, *, explain: bool = False) -> Any:
@@ -360,13 +382,14 @@ def digest(backends: int, requests: int, routing: str, cache: bool, seed: int = 
                 notes = sorted(decision.notes.items())
                 text = scheduler.reason(decision).text
                 seen.update(repr((decision.chosen.backend.name, rows, notes, text)).encode())
+                choices.update(repr((decision.chosen.backend.name, text)).encode())
             return decision
 
         scheduler.schedule = recorded  # type: ignore[method-assign]
         run.block(0, requests)
     finally:
         time.monotonic = real
-    return seen.hexdigest()[:16]
+    return seen.hexdigest()[:16], choices.hexdigest()[:16]
 
 
 TARGET_US = 50.0
@@ -453,8 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         for backends in args.backends:
             for cache in contenders:
                 name = "cached" if cache else "recomputed"
-                found = digest(backends, requests, args.routing, cache)
-                print(f"{backends} backends, {args.routing}, {name}: {found}")
+                whole, chosen = digest(backends, requests, args.routing, cache)
+                print(f"{backends} backends, {args.routing}, {name}: {whole} (choices {chosen})")
         return 0
     results = []
     for backends in args.backends:

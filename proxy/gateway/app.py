@@ -120,6 +120,15 @@ async def _sync_inflight(runtime: Runtime, interval_s: float) -> None:
         runtime.scheduler.refresh()
 
 
+async def _keep_predictions(runtime: Runtime) -> None:
+    """The latency model's terms recomputed as they age, at twice the rate they go stale:
+    requests then never find them all out of date at once (see
+    ``Scheduler.refresh_predictions``)."""
+    while True:
+        await asyncio.sleep(runtime.latency.fresh_s / 2)
+        runtime.scheduler.refresh_predictions()
+
+
 def _add_collectors(metrics: GatewayMetrics, parts: Components) -> None:
     """The gauges read at scrape time (the request path updates none)."""
     runtime = parts.runtime
@@ -193,6 +202,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _spawn(tasks, parts.observer.run(), "observe")
         _spawn(tasks, parts.prefix.run(), "prefix-sync")
         _spawn(tasks, _sync_inflight(runtime, settings.store_sync_interval_s), "inflight-sync")
+        _spawn(tasks, _keep_predictions(runtime), "latency-terms")
         _spawn(tasks, manager.follow_store(), "policy-follow")
         _spawn(tasks, shadow.run(), "shadow")
         _spawn(tasks, canary.run(), "canary")

@@ -133,7 +133,8 @@ class BreakEvenModel:
         threshold*(1-h), so load hovering at the threshold does not flap. The scheduler
         runs this over the backends it is about to score, before scoring, so scorers and
         explanations only read the state; backends filtered out keep theirs until they are
-        candidates again.
+        candidates again, and under a policy none of whose scorers reads it (the latency
+        scorer alone) it does not move.
         """
         bands = self._bands
         for backend in backends:

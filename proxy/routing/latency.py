@@ -42,10 +42,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from proxy.policy import LatencySettings, Policy
 from proxy.records import LatencyForecast, Outcome, RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker, assumed_rate
-from proxy.routing.fleet import BackendState
+from proxy.routing.changes import Changes
+from proxy.routing.fleet import BackendState, Fleet
 from proxy.sim.hardware import GPUS, gpu_profile
 from proxy.sim.profile import EngineProfile, StepCostModel, default_profile, load_profile
 from proxy.sim.profile import SpecMethod as ProfileMethod
@@ -66,6 +70,13 @@ _PROFILE_METHOD: dict[str, ProfileMethod] = {
 _MAX_RATIO = 10.0
 # Prefill never takes the whole engine in the TPOT formula (it would divide by zero).
 _MAX_PREFILL_SHARE = 0.9
+# Candidate lists whose places in the kept terms are remembered (a few per model and
+# class: a list changes when a filter's verdict does).
+_MAX_LISTS = 64
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+_UNSEEN: IntArray = np.empty(0, dtype=np.intp)
 
 
 def load_engine_profile(name: str) -> EngineProfile:
@@ -196,6 +207,163 @@ class Prediction:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """Every candidate's predictions with the request's prompt left open, as arrays in
+    the candidates' order: TTFT = ``ttft_base + ttft_per_token * P`` for a prompt of P
+    tokens, TPOT = ``tpot`` (the request's class's acceptance in it), the delay its
+    prefill imposes on the others ``imposed_per_token * P``; what ``predict`` gives
+    backend by backend, to the bit. Read-only: the model's kept arrays."""
+
+    ttft_base: FloatArray
+    ttft_per_token: FloatArray
+    tpot: FloatArray
+    imposed_per_token: FloatArray
+
+
+class _Table:
+    """The fleet's terms kept as arrays, row by row current.
+
+    A row is recomputed from the backend's ``_Online`` terms (``LatencyModel._refresh``,
+    the one formula) when its backend was written: the fleet's change log (load, scraped
+    acceptance), the acceptance tracker's (measured rates) and the model's own (a
+    dispatch's prompt, a learned correction); every row when they age (``load``).
+    Arrays because with 64 backends the scorer's arithmetic over them costs a third of
+    the same in Python loops (loadtests/README.md, routing decision time). A candidate
+    list reads its rows through an index kept with it (``positions``).
+    """
+
+    def __init__(self, model: LatencyModel, fleet: Fleet, now: float) -> None:
+        self.model = model
+        # The fleet's backends as they were when built (a policy swaps in a new dict).
+        self.members = fleet.backends
+        self.backends = list(fleet.backends.values())
+        backends = self.backends
+        self.at = {b.name: i for i, b in enumerate(backends)}
+        n = len(backends)
+        self.ttft_base: FloatArray = np.zeros(n)
+        self.ttft_per_token: FloatArray = np.zeros(n)
+        self.imposed_per_token: FloatArray = np.zeros(n)
+        # TPOT by class: the step over the tokens it yields at the class's acceptance;
+        # rows recomputed since, brought into a class's array when a request of it reads.
+        self.tpot: dict[str, FloatArray] = {}
+        self.tpot_behind: dict[str, set[int]] = {}
+        self.written = (
+            fleet.changes.subscribe(self),
+            model.acceptance.changes.subscribe(self),
+            model.changes.subscribe(self),
+        )
+        # Where candidate lists' rows are: by the list (held: the key is its id), and by
+        # its members' ids.
+        self._lists: dict[int, tuple[Sequence[BackendState], IntArray | None]] = {}
+        self._positions: dict[tuple[int, ...], IntArray | None] = {}
+        self.fresh_until = -math.inf
+        # When a request last read the table: an idle gateway stops refreshing it.
+        self.read_at = now
+        self.load(now, every=False)
+
+    def load(self, now: float, *, every: bool) -> None:
+        """Every row from its backend's terms, those recomputed at ``now`` first where out
+        of date (``every``: all of them, but once per ``now`` across tables)."""
+        for seen in self.written:
+            seen.clear()
+        model = self.model
+        online = model._online
+        stale = now - model.fresh_s
+        states: list[_Online] = []
+        for b in self.backends:
+            t = online.get(b.name) or model._adopt(b)
+            if (
+                t.terms_at < (now if every else stale)
+                or t.inflight != b.inflight
+                or t.pending != b.prefill_pending
+            ):
+                model._refresh(t, b, now)
+            states.append(t)
+        self.ttft_base[:] = [t.ttft_base for t in states]
+        self.ttft_per_token[:] = [t.ttft_per_token for t in states]
+        self.imposed_per_token[:] = [t.imposed_per_token for t in states]
+        for label, tpot in self.tpot.items():
+            tpot[:] = [model.tpot(t, b, label) for t, b in zip(states, self.backends, strict=True)]
+            self.tpot_behind[label].clear()
+        self.fresh_until = min((t.terms_at for t in states), default=now) + model.fresh_s
+
+    def positions(self, backends: Sequence[BackendState]) -> IntArray | None:
+        """Where each candidate's row is (None: the whole fleet in order, read as it is;
+        KeyError: a backend not in this table). Kept by the list, and by its members for a
+        list made anew per request (a filter that drops a backend returns a new list)."""
+        kept = self._lists.get(id(backends))
+        if kept is not None and kept[0] is backends:
+            return kept[1]
+        # Ids of the backends this table holds cannot be taken by other objects meanwhile.
+        members = tuple(map(id, backends))
+        index = self._positions.get(members, _UNSEEN)
+        if index is _UNSEEN:
+            rows, at = self.backends, self.at
+            places = [at[b.name] for b in backends]
+            if any(rows[i] is not b for i, b in zip(places, backends, strict=True)):
+                raise KeyError("a candidate not in the fleet the terms were kept for")
+            index = None if places == list(range(len(rows))) else np.array(places, dtype=np.intp)
+            if len(self._positions) >= _MAX_LISTS:
+                self._positions.clear()
+            self._positions[members] = index
+        if len(self._lists) >= _MAX_LISTS:
+            self._lists.clear()
+        self._lists[id(backends)] = (backends, index)
+        return index
+
+    def catch_up(self, now: float) -> None:
+        """The rows of the backends written since the last request."""
+        at = self.at
+        for seen in self.written:
+            if seen:
+                for name in seen:
+                    i = at.get(name)
+                    if i is not None:
+                        self._row(i, now)
+                seen.clear()
+
+    def tpot_of(self, label: str) -> FloatArray:
+        """The class's TPOT row by row, its rows recomputed since it was last read first."""
+        tpot = self.tpot.get(label)
+        model = self.model
+        if tpot is None:
+            online = model._online
+            tpot = self.tpot[label] = np.array(
+                [
+                    model.tpot(online.get(b.name) or model._adopt(b), b, label)
+                    for b in self.backends
+                ],
+                dtype=np.float64,
+            )
+            self.tpot_behind[label] = set()
+            return tpot
+        behind = self.tpot_behind[label]
+        if behind:
+            online, backends = model._online, self.backends
+            for i in behind:
+                b = backends[i]
+                tpot[i] = model.tpot(online[b.name], b, label)
+            behind.clear()
+        return tpot
+
+    def _row(self, i: int, now: float) -> None:
+        model = self.model
+        b = self.backends[i]
+        t = model._online.get(b.name) or model._adopt(b)
+        if (
+            t.terms_at < now - model.fresh_s
+            or t.inflight != b.inflight
+            or t.pending != b.prefill_pending
+        ):
+            model._refresh(t, b, now)
+        self.ttft_base[i] = t.ttft_base
+        self.ttft_per_token[i] = t.ttft_per_token
+        self.imposed_per_token[i] = t.imposed_per_token
+        for behind in self.tpot_behind.values():
+            behind.add(i)
+
+
 class LatencyModel:
     """Per-backend TTFT/TPOT predictions, learned corrections and prediction errors."""
 
@@ -211,6 +379,9 @@ class LatencyModel:
         self._bytes_per_token: dict[str, float] = {}
         self._output_mean: dict[str, float] = {}
         self._output_share: dict[str, float] = {}
+        # Backends whose terms moved by what is learned here (a dispatch's prompt, an
+        # outcome's correction): read by the kept tables as the fleet's writes are.
+        self.changes = Changes()
         self.apply_policy(policy)
 
     # -- configuration --------------------------------------------------------------------
@@ -236,6 +407,8 @@ class LatencyModel:
         self.settings: LatencySettings = settings
         self.priors = policy.acceptance.priors
         self._online = online
+        # The fleet's terms kept as arrays (``terms``), built by the first request.
+        self._table: _Table | None = None
         self._decay = 1.0 / settings.prefill_window_s
         # Cached terms older than this are recomputed: the prompt-token rate decays by
         # under 2% meanwhile.
@@ -272,36 +445,49 @@ class LatencyModel:
         return assumed_rate(prior, backend.window_acceptance)[0]
 
     # -- predictions ---------------------------------------------------------------------
-    def latencies(
-        self, backends: Sequence[BackendState], request: RequestInfo
-    ) -> list[tuple[float, float, float]]:
-        """Every backend's predicted (TTFT, TPOT, imposed delay) in seconds for one
-        request: the scheduler's batch form (hot path: cached terms, no records built)."""
-        label = request.label
-        prompt = self.prompt_tokens(label, request.prompt_bytes)
+    @property
+    def fresh_s(self) -> float:
+        """How long a backend's terms stay current without a change of its load."""
+        return self._fresh_s
+
+    def refresh(self) -> None:
+        """The kept terms (``terms``) recomputed for the backends' current load and time,
+        off the request path (after a write to many backends, and as the terms age), so
+        that a request finds at most the few rows its neighbours wrote to recompute. Not
+        once no request has read them for a prefill window (an idle gateway spends nothing;
+        the first request after the pause recomputes what it reads)."""
+        table = self._table
         now = self.clock()
-        fresh_after = now - self._fresh_s
-        usable = self.acceptance.usable.get(label) or {}
-        online = self._online
-        out: list[tuple[float, float, float]] = []
-        append = out.append
-        for b in backends:
-            t = online.get(b.name) or self._adopt(b)
-            if (
-                t.terms_at < fresh_after
-                or t.inflight != b.inflight
-                or t.pending != b.prefill_pending
-            ):
-                self._refresh(t, b, now)
-            tpot = t.tpot_step
-            if t.k_now:
-                acceptance = usable.get(b.name)
-                if acceptance is None:
-                    acceptance = self.draft_acceptance(b, label)
-                if acceptance is not None:
-                    tpot /= 1.0 + acceptance * t.k_now
-            append((t.ttft_base + t.ttft_per_token * prompt, tpot, t.imposed_per_token * prompt))
-        return out
+        if table is not None and now - table.read_at <= self.settings.prefill_window_s:
+            table.load(now, every=True)
+
+    def terms(self, fleet: Fleet, backends: Sequence[BackendState], label: str) -> Terms:
+        """The candidates' terms for a request of class ``label``, as arrays aligned with
+        ``backends`` (of ``fleet``): the scheduler's batch form of ``predict`` (hot path:
+        kept between requests, rows recomputed where a backend was written)."""
+        now = self.clock()
+        table = self._table
+        if table is None or table.members is not fleet.backends:
+            table = self._table = _Table(self, fleet, now)
+        elif now > table.fresh_until:
+            table.load(now, every=False)
+        else:
+            table.catch_up(now)
+        table.read_at = now
+        try:
+            index = table.positions(backends)
+        except KeyError:  # a backend the fleet has swapped (a policy being applied)
+            table = self._table = _Table(self, fleet, now)
+            index = table.positions(backends)
+        tpot = table.tpot_of(label)
+        if index is None:
+            return Terms(table.ttft_base, table.ttft_per_token, tpot, table.imposed_per_token)
+        return Terms(
+            table.ttft_base.take(index),
+            table.ttft_per_token.take(index),
+            tpot.take(index),
+            table.imposed_per_token.take(index),
+        )
 
     def predict(self, backend: BackendState, request: RequestInfo) -> Prediction:
         """One backend's prediction with what it came from (explanations, dispatch): from
@@ -317,7 +503,7 @@ class LatencyModel:
             self._refresh(t, backend, now)
         prompt = self.prompt_tokens(label, request.prompt_bytes)
         acceptance = self.draft_acceptance(backend, label) if t.k_now else None
-        per_step = 1.0 + acceptance * t.k_now if acceptance is not None else 1.0
+        per_step = _per_step(acceptance, t.k_now)
         return Prediction(
             imposed_s=t.imposed_per_token * prompt,
             ttft_s=t.ttft_base + t.ttft_per_token * prompt,
@@ -334,6 +520,11 @@ class LatencyModel:
             ttft_ratio=t.ttft_ratio,
             tpot_ratio=t.tpot_ratio,
         )
+
+    def tpot(self, state: _Online, backend: BackendState, label: str) -> float:
+        """Predicted TPOT for class ``label`` from the backend's current terms."""
+        acceptance = self.draft_acceptance(backend, label) if state.k_now else None
+        return state.tpot_step / _per_step(acceptance, state.k_now)
 
     def _refresh(self, state: _Online, backend: BackendState, now: float) -> None:
         """The calibrated model of the module docstring for the backend's current load,
@@ -387,6 +578,7 @@ class LatencyModel:
         )
         online.prefill_at = now
         online.invalidate()
+        self.changes.mark(backend.name)
         return LatencyForecast(
             ttft_s=p.ttft_s,
             tpot_s=p.tpot_s,
@@ -422,6 +614,7 @@ class LatencyModel:
             )
             online.tpot_errors.append(abs(tpot - forecast.tpot_s))
         online.invalidate()
+        self.changes.mark(outcome.backend)
 
     def _learn_request(self, outcome: Outcome, forecast: LatencyForecast, alpha: float) -> None:
         label = outcome.label
@@ -452,6 +645,11 @@ class LatencyModel:
 
     def bytes_per_token(self, label: str) -> float:
         return self._bytes_per_token.get(label, self.settings.bytes_per_token)
+
+
+def _per_step(acceptance: float | None, k: int) -> float:
+    """Tokens one step yields: 1 + a k with drafts kept at rate a, else 1."""
+    return 1.0 + acceptance * k if acceptance is not None else 1.0
 
 
 def _geometric_step(current: float, observed: float, alpha: float) -> float:

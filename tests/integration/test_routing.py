@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,6 +222,26 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
             if line.startswith("specroute_slo_requests_total{") and 'class="code"' in line
         ]
         assert sum(judged) == 5, judged
+        # Between requests the gateway's latency-terms task keeps the kept terms current
+        # (a request then recomputes none for their age) while requests read them within
+        # a prefill window, and then lets them age (an idle gateway spends nothing).
+        latency = gw.runtime.latency
+
+        def current() -> bool:
+            table = latency._table
+            return table is not None and table.fresh_until > latency.clock()
+
+        gw.call(
+            lambda: latency.terms(
+                gw.runtime.fleet, list(gw.runtime.fleet.backends.values()), "code"
+            )
+        )
+        for _ in range(10):
+            time.sleep(latency.fresh_s)
+            assert gw.call(current)
+        window = latency.settings.prefill_window_s
+        time.sleep(window + 4 * latency.fresh_s)
+        assert not gw.call(current)
 
 
 def test_a_follow_up_turn_goes_where_its_prefix_is_cached(tmp_path: Path) -> None:

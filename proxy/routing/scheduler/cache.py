@@ -93,9 +93,12 @@ class DecisionCache:
         rest: Sequence[Filter],
         builtin: BuiltinScorers | None,
         weigh: bool,
+        steps: bool = True,
     ) -> None:
         self._fleet = fleet
         self._break_even = break_even
+        # Whether the break-even step runs (``Scheduler``: some scorer reads its state).
+        self._steps = steps
         # No leading built-in filters: a view of the whole fleet, every filter after it.
         self._leading = leading or BuiltinFilters()
         self._rest = tuple(rest)
@@ -252,26 +255,32 @@ class DecisionCache:
         return frozenset([pos[name] for name in dropped])
 
     def kept(self) -> list[tuple[str, str]]:
-        """The (model, class) pairs with results kept."""
-        if self._builtin is None:
-            return []
-        return [(model, label) for model, group in self._groups.items() for label in group.classes]
+        """The (model, class) pairs with results kept (class "" for a model with only the
+        filters' verdicts kept: no built-in scorers, or no class scored yet)."""
+        return [
+            (model, label)
+            for model, group in self._groups.items()
+            for label in (group.classes or ("",))
+        ]
 
     def refresh(self, ctx: SchedulingContext) -> None:
         """Bring what is kept for ``ctx``'s (model, class) up to date for every backend the
         leading filters keep: called after a write to many backends (a store sync), off
-        the request path, so that no request pays for it. The break-even step runs for
-        those backends as it would for a request's candidates, except the ones below the
-        acceptance floor for some class (the floor filter may keep them from being
-        candidates); the later filters do not run (they may act, as the floor's probes
-        do)."""
+        the request path, so that no request pays for it: the leading filters' verdicts
+        (the model's, so once for its first class), then the class's scores. The
+        break-even step runs for those backends as it would for a request's candidates,
+        except the ones below the acceptance floor for some class (the floor filter may
+        keep them from being candidates); the later filters do not run (they may act, as
+        the floor's probes do)."""
         self._drain()
         request = ctx.request
         group = self._groups.get(request.model)
-        scores = group.classes.get(request.label) if group is not None else None
-        if group is None or scores is None:
+        if group is None:
             return
         self._verdicts(ctx, group)
+        scores = group.classes.get(request.label)
+        if scores is None:
+            return
         listed = group.backends
         if group.unstepped and listed:
             below = ctx.acceptance.below
@@ -282,7 +291,9 @@ class DecisionCache:
             self._follow(group, scores)
         if scores.pending and listed:
             self._rescore(ctx, group, scores, listed)
-            if self._floored and self._weigh:
+            # The leaders too, wherever ``decide`` reads them (``leads``: sparse scorers
+            # after the built-ins included), or the class's next request chooses them.
+            if self._floored and (self._weigh or not self._fleet.weighted):
                 scores.leaders.lead(scores.totals, scores.leaders.skip)
 
     def _step(self, group: _Group, todo: list[BackendState]) -> None:
@@ -290,6 +301,8 @@ class DecisionCache:
         if not todo:
             return
         group.unstepped.difference_update([b.name for b in todo])
+        if not self._steps:
+            return
         if self._written:
             self._drain()
         self._break_even.update(todo)

@@ -29,9 +29,9 @@ cheaper per token at the batch it would join. Optionally (``saturated_below`` > 
 score moves towards the fewest prompt tokens queued for prefill once even the best
 chance falls under that value.
 
-The model keeps each backend's request-independent terms current between requests
-(proxy/routing/latency.py), so a decision costs a few multiplications per backend
-(loadtests/README.md, routing decision time).
+The model keeps each backend's request-independent terms current between requests, as
+arrays over the candidates (proxy/routing/latency.py), so a decision costs a few array
+operations (loadtests/README.md, routing decision time).
 """
 
 from __future__ import annotations
@@ -77,25 +77,25 @@ class LatencyScorer:
         later = tokens - 1.0 if tokens > 1.0 else 0.0
         budget = ttft_goal + tpot_goal * later
         harm = self.neighbour_weight / (tpot_goal * ctx.latency.typical_output_tokens())
-        predicted = ctx.latency.latencies(backends, request)
-        # ``rate`` fused into comprehensions, then the chance relative to the best backend's
-        # (under overload every chance is small, and the best is still worth taking) plus the
-        # speed share, over 1 + the harm done to the neighbours (hot path: 64 backends).
+        prompt = ctx.latency.prompt_tokens(request.label, request.prompt_bytes)
+        terms = ctx.latency.terms(ctx.fleet, backends, request.label)
+        # Over arrays (hot path: 64 backends): the chance relative to the best backend's
+        # (under overload every chance is small, and the best is still worth taking) plus
+        # the speed share, over 1 + the harm done to the neighbours; ``rate`` backend by
+        # backend.
+        ttft = terms.ttft_base + terms.ttft_per_token * prompt
+        tpot = terms.tpot
         t_scale, p_scale = 1.0 / ttft_goal, 1.0 / tpot_goal
         if later:
-            meets = [
-                1.0 / ((1.0 + (ttft * t_scale) ** spread) * (1.0 + (tpot * p_scale) ** spread))
-                for ttft, tpot, _ in predicted
-            ]
+            meets = 1.0 / ((1.0 + (ttft * t_scale) ** spread) * (1.0 + (tpot * p_scale) ** spread))
         else:
-            meets = [1.0 / (1.0 + (ttft * t_scale) ** spread) for ttft, _, _ in predicted]
-        best = max(meets, default=0.0)
+            meets = 1.0 / (1.0 + (ttft * t_scale) ** spread)
+        best = float(meets.max()) if len(meets) else 0.0
         w = self.latency_weight
         scale = (1.0 - w) / best if best > 0.0 else 0.0
-        scores = [
-            (scale * meet + w * budget / (budget + ttft + tpot * later)) / (1.0 + harm * imposed)
-            for meet, (ttft, tpot, imposed) in zip(meets, predicted, strict=True)
-        ]
+        speed = w * budget / (budget + ttft + tpot * later)
+        imposed = terms.imposed_per_token * prompt
+        scores: list[float] = ((scale * meets + speed) / (1.0 + harm * imposed)).tolist()
         if best < self.saturated_below:
             return self._saturated(ctx, backends, scores, best)
         return scores

@@ -52,7 +52,9 @@ from proxy.routing.scheduler.base import (
 )
 from proxy.routing.scheduler.cache import DecisionCache
 from proxy.routing.scheduler.filters import BuiltinFilters
+from proxy.routing.scheduler.latency_scorer import LatencyScorer
 from proxy.routing.scheduler.pickers import MaxScorePicker
+from proxy.routing.scheduler.prefix_scorer import PrefixAffinityScorer
 from proxy.routing.scheduler.scorers import (
     AcceptanceScorer,
     BreakEvenScorer,
@@ -61,6 +63,11 @@ from proxy.routing.scheduler.scorers import (
 )
 
 BUILTIN_SCORERS = (BreakEvenScorer, AcceptanceScorer, LoadScorer)
+
+# Scorers that never read the break-even state (``BackendState.spec_on``): a profile of
+# only these skips the break-even step (the acceptance scorer reads it only through the
+# built-ins' pass with a break-even weight; a plugin may read any field).
+BLIND_TO_BREAK_EVEN = (LatencyScorer, AcceptanceScorer, LoadScorer, PrefixAffinityScorer)
 
 # Scorers whose explanation is the route header's reason (when they carry weight).
 ROUTE_SCORERS = ("break_even", "acceptance", "latency")
@@ -130,10 +137,13 @@ class Decision:
 
 def _weighted_sum(columns: list[tuple[float, Sequence[float]]], size: int) -> list[float]:
     """``sum(weight * column[i])`` per backend, added in column order. Up to three columns
-    (the shipped profile has three scorers) in one pass: a list built per column costs more
-    than the arithmetic with 64 backends."""
+    (the break-even profile has three scorers) in one pass: a list built per column costs
+    more than the arithmetic with 64 backends. One column of weight 1 (the shipped latency
+    profile) is copied as it is: ``1.0 * v`` is ``v``, to the bit."""
     if not columns:
         return [0.0] * size
+    if len(columns) == 1 and columns[0][0] == 1.0:
+        return list(columns[0][1])
     if len(columns) == 3:
         (w0, c0), (w1, c1), (w2, c2) = columns
         return [w0 * a + w1 * b + w2 * c for a, b, c in zip(c0, c1, c2, strict=True)]
@@ -182,6 +192,12 @@ class _Profile:
     # (``scheduler/leaders.py``), adding the sparse scorers' few scores per request.
     leads: MaxScorePicker | None
     sparse: tuple[tuple[SparseScorer, float], ...]
+    # Whether a weighted scorer reads the latency model's per-backend terms.
+    predicts: bool
+    # Whether some scorer (weighted or not: explanations show each) reads the break-even
+    # state, so that it moves with the candidates' load before scoring. Not with the
+    # latency scorer alone: each flip would be a write that the kept terms recompute.
+    steps_break_even: bool
 
 
 class Scheduler:
@@ -225,6 +241,7 @@ class Scheduler:
             profile.filters[leading.count if leading is not None else 0 :],
             profile.builtin,
             weigh=not profile.extra,
+            steps=profile.steps_break_even,
         )
 
     @staticmethod
@@ -250,6 +267,8 @@ class Scheduler:
             break_even_decides=any(s.name == "break_even" for s in weighted),
             leads=picker if leads and isinstance(picker, MaxScorePicker) else None,
             sparse=sparse,
+            predicts=any(s.name == "latency" for s in weighted),
+            steps_break_even=not all(isinstance(s, BLIND_TO_BREAK_EVEN) for s, _ in scorers),
         )
 
     def apply_policy(self, policy: Policy) -> None:
@@ -273,7 +292,8 @@ class Scheduler:
             dropped: dict[str, str] | None = {} if explain else None
             backends = self._filter(profile, ctx, dropped)
             # The hysteresis state moves here, before scoring, and nowhere else.
-            self.break_even.update(backends)
+            if profile.steps_break_even:
+                self.break_even.update(backends)
             if explain:
                 return self._explained(profile, ctx, backends, dropped or {})
         if not backends:
@@ -301,12 +321,22 @@ class Scheduler:
     def refresh(self) -> None:
         """Re-derive what the scheduler keeps between requests after a write to many
         backends (the store sync of the other replicas' in-flight counts), so that the next
-        requests re-score only what changes after it (``scheduler/cache.py``)."""
+        requests re-score only what changes after it (``scheduler/cache.py``) and find the
+        latency model's terms current."""
+        self.refresh_predictions()
         cache = self._cache
         if cache is None:
             return
         for model, label in cache.kept():
             cache.refresh(self._context(RequestInfo(model, label)))
+
+    def refresh_predictions(self) -> None:
+        """Bring the latency model's per-backend terms up to date, when a weighted scorer
+        reads them. Off the request path: after a write to every backend, and as they age
+        (``LatencyModel.fresh_s``); otherwise the first request after either recomputes
+        them for the whole fleet (with 64 backends ~160 us, the decision-time p99)."""
+        if self._profile.predicts:
+            self.latency.refresh()
 
     @property
     def rescored(self) -> int | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from proxy.records import Outcome, RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
-from proxy.routing.fleet import Fleet
+from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
 from tests.unit.policy_helpers import mixed_fleet
 
@@ -95,27 +96,49 @@ def test_prompts_sent_to_an_engine_slow_its_decodes() -> None:
     assert model.predict(plain, request()).prefill_share < 0.01
 
 
+def batch_form(
+    model: LatencyModel, fleet: Fleet, backends: list[BackendState], r: RequestInfo
+) -> list[tuple[float, float, float]]:
+    """(TTFT, TPOT, imposed delay) of every backend from the kept arrays, as the scorer
+    reads them."""
+    terms = model.terms(fleet, backends, r.label)
+    prompt = model.prompt_tokens(r.label, r.prompt_bytes)
+    return [
+        (
+            float(terms.ttft_base[i] + terms.ttft_per_token[i] * prompt),
+            float(terms.tpot[i]),
+            float(terms.imposed_per_token[i] * prompt),
+        )
+        for i in range(len(backends))
+    ]
+
+
+def one_by_one(
+    model: LatencyModel, backends: list[BackendState], r: RequestInfo
+) -> list[tuple[float, float, float]]:
+    return [(p.ttft_s, p.tpot_s, p.imposed_s) for p in (model.predict(b, r) for b in backends)]
+
+
 def test_kept_terms_follow_load_outcomes_and_time() -> None:
     """The per-backend terms are kept between requests, and every change that moves a
-    prediction is seen by the batch form: the backend's load, a learned correction, the
-    prompt-token rate decaying."""
+    prediction is seen by the batch form, to the bit: the backend's load, a learned
+    correction, the prompt-token rate decaying."""
     model, fleet, clock = setup()
     plain = fleet.backends["plain-0"]
     backends = [plain]
 
     def batch() -> tuple[float, float, float]:
-        return model.latencies(backends, request(tokens=800))[0]
+        return batch_form(model, fleet, backends, request(tokens=800))[0]
 
     def single() -> tuple[float, float, float]:
-        p = model.predict(plain, request(tokens=800))
-        return p.ttft_s, p.tpot_s, p.imposed_s
+        return one_by_one(model, backends, request(tokens=800))[0]
 
     idle = batch()
-    assert batch() == pytest.approx(single(), rel=1e-12)
+    assert batch() == single()
     plain.local_inflight, plain.prefill_pending = 20, 5000
     loaded = batch()
     assert loaded[0] > idle[0] and loaded[1] > idle[1] and loaded[2] > idle[2] == 0
-    assert loaded == pytest.approx(single(), rel=1e-12)
+    assert loaded == single()
     forecast = model.dispatch(plain, request(tokens=800))
     assert batch()[1] > loaded[1]  # its prompt now counts in the prefill share
     outcome = Outcome("plain-0", "plain", False, "chat", 0, clock.now, ok=True, forecast=forecast)
@@ -128,7 +151,66 @@ def test_kept_terms_follow_load_outcomes_and_time() -> None:
     shared = batch()[1]
     clock.now += 10.0  # the prompt-token rate has decayed
     assert batch()[1] < shared
-    assert batch() == pytest.approx(single(), rel=1e-12)
+    assert batch() == single()
+
+
+def test_kept_terms_follow_acceptance_by_class_and_every_writer() -> None:
+    """Each class's TPOT follows the measured acceptance and the scraped window rate; a
+    write to one backend recomputes its row only; a list of the same backends built anew
+    (a scheduler without kept results) reads the same kept table."""
+    model, fleet, clock = setup()
+    backends = list(fleet.backends.values())
+    eagle, ngram = fleet.backends["eagle-0"], fleet.backends["ngram-0"]
+
+    def check(label: str) -> list[tuple[float, float, float]]:
+        r = request(label, tokens=600)
+        got = batch_form(model, fleet, backends, r)
+        assert got == one_by_one(model, backends, r)
+        return got
+
+    chat, code, other = check("chat"), check("code"), check("other")
+    at = backends.index(eagle)
+    for _ in range(10):
+        model.acceptance.observe("eagle-0", "chat", 0.3, 3.0)  # 10% of drafts kept
+    assert check("chat")[at][1] > chat[at][1] and check("code") == code
+    # The scrape: prompt lookup now drafts well, assumed for a class with no prior.
+    ngram.window_acceptance = 0.95
+    assert check("other")[backends.index(ngram)][1] < other[backends.index(ngram)][1]
+    assert check("code") == code
+    eagle.local_inflight = 40
+    assert batch_form(model, fleet, list(backends), request("chat", tokens=600)) == check("chat")
+    clock.now += 0.01
+    model.refresh()  # the background recompute: the same terms, every row at once
+    assert check("chat") == one_by_one(model, backends, request("chat", tokens=600))
+
+
+def test_background_refresh_pauses_while_no_request_reads_the_terms() -> None:
+    """The background recompute runs while requests read the kept terms and stops a
+    prefill window after the last one; the first request after the pause still gets
+    current terms."""
+    model, fleet, clock = setup()
+    backends = list(fleet.backends.values())
+    recomputed: list[str] = []
+    original = model._refresh
+
+    def counted(state: object, backend: BackendState, now: float) -> None:
+        recomputed.append(backend.name)
+        original(state, backend, now)  # type: ignore[arg-type]
+
+    model._refresh = counted  # type: ignore[method-assign]
+    model.refresh()
+    assert recomputed == []  # no request yet: no table to keep
+    batch_form(model, fleet, backends, request())
+    clock.now += model.settings.prefill_window_s / 2
+    recomputed.clear()
+    model.refresh()
+    assert sorted(recomputed) == sorted(b.name for b in backends)
+    clock.now += model.settings.prefill_window_s
+    recomputed.clear()
+    model.refresh()
+    assert recomputed == []  # idle for longer than a window
+    r = request(tokens=900)
+    assert batch_form(model, fleet, backends, r) == one_by_one(model, backends, r)
 
 
 def test_online_correction_converges_to_what_the_backend_delivers() -> None:
@@ -216,3 +298,52 @@ def test_a_unary_response_teaches_sizes_but_not_latency() -> None:
     assert model.errors()["plain-0"] == (None, None)
     # 2000 bytes for 400 tokens: one step (alpha 0.05) from 4 towards 5.
     assert model.bytes_per_token("chat") == pytest.approx(4.05)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kept_terms_equal_one_by_one_predictions_through_any_writes(seed: int) -> None:
+    """Random writes of every kind that moves a prediction, and after each a request of
+    a random class over a random candidate list (the whole fleet, a sub-list, a list
+    made anew): the kept arrays give what ``predict`` gives, to the bit."""
+    rng = random.Random(seed)
+    model, fleet, clock = setup()
+    names = list(fleet.backends)
+    labels = ["chat", "code", "rag", "other"]
+    fleet_list = list(fleet.backends.values())
+    subsets = [fleet_list, fleet_list[1:], fleet_list[::2]]
+
+    def write() -> None:
+        b = fleet.backends[rng.choice(names)]
+        kind = rng.randrange(7)
+        if kind == 0:
+            b.local_inflight = rng.randint(0, 80)
+        elif kind == 1:
+            b.prefill_pending = rng.randint(-50, 9000)
+        elif kind == 2:
+            b.others_inflight = rng.randint(0, 40)
+        elif kind == 3:
+            b.window_acceptance = rng.choice([None, rng.random()])
+        elif kind == 4:
+            model.acceptance.observe(b.name, rng.choice(labels), rng.uniform(0, 3), 3.0)
+        elif kind == 5:
+            r = request(rng.choice(labels), tokens=rng.randint(10, 4000))
+            forecast = model.dispatch(b, r)
+            outcome = Outcome(b.name, b.pool, b.speculative, r.label, 0, clock.now)
+            outcome.ok, outcome.forecast = True, forecast
+            outcome.first_byte = clock.now + forecast.model_ttft_s * rng.uniform(0.5, 3)
+            outcome.finished = outcome.first_byte + 1.0
+            outcome.completion_tokens, outcome.events = 50, 51
+            model.observe(outcome)
+        else:
+            clock.now += rng.choice([0.001, 0.02, 0.05, 1.0])
+            if rng.random() < 0.3:
+                model.refresh()
+
+    for _ in range(300):
+        for _ in range(rng.randint(1, 3)):
+            write()
+        candidates = rng.choice(subsets)
+        if rng.random() < 0.3:
+            candidates = list(candidates)
+        r = request(rng.choice(labels), tokens=rng.randint(10, 4000))
+        assert batch_form(model, fleet, candidates, r) == one_by_one(model, candidates, r)

@@ -25,6 +25,7 @@ from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.prefix import PrefixIndex
 from proxy.routing.scheduler import cache as cache_module
 from proxy.routing.scheduler import filters as filters_module
+from proxy.routing.scheduler import leaders as leaders_module
 from proxy.routing.scheduler.base import BackendNote, SchedulingContext
 from proxy.routing.scheduler.registry import PluginError
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
@@ -186,7 +187,8 @@ def test_request_path_decides_as_the_explaining_path_and_the_reference(
             check_choice(explained)
             backends = [c.backend for c in fast.ordered]
             for b in s.fleet.backends.values():
-                expected = hysteresis(s, b, before[b.name]) if b in backends else before[b.name]
+                stepped = b in backends and s._profile.steps_break_even
+                expected = hysteresis(s, b, before[b.name]) if stepped else before[b.name]
                 assert b.spec_on == (expected if b.speculative else before[b.name]), b.name
                 flips += b.spec_on != before[b.name]
             reference = reference_totals(s, request, backends)
@@ -199,7 +201,9 @@ def test_request_path_decides_as_the_explaining_path_and_the_reference(
     filters = (routing or {}).get("filters")  # None: the default filters, floor included
     floor = filters is None or {"type": "acceptance_floor"} in filters
     assert probes_seen > 20 if floor else probes_seen == 0
-    assert flips > 20
+    # The hysteresis moves where a scorer reads it (break-even, or the built-ins' pass
+    # with its weight), and stays put under the others (the shipped latency profile).
+    assert flips > 20 if s._profile.steps_break_even else flips == 0
 
 
 class ConstantScorer:
@@ -260,6 +264,34 @@ def test_a_deployments_own_plugins_decide_and_explain() -> None:
     assert [row["backend"] for row in report["candidates"]] == ["b", "a"]
     assert report["candidates"][0]["why"]["constant"] == "constant"
     assert report["candidates"][0]["scores"]["constant"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("scorers", "steps"),
+    [
+        ([{"type": "latency"}], False),
+        ([{"type": "load"}, {"type": "acceptance"}, {"type": "prefix_affinity"}], False),
+        ([{"type": "latency"}, {"type": "break_even", "weight": 0}], True),
+        ([{"type": "latency"}, {"type": f"{HERE}:ConstantScorer"}], True),
+    ],
+)
+def test_the_break_even_state_moves_only_where_a_scorer_reads_it(
+    scorers: list[dict[str, Any]], steps: bool
+) -> None:
+    """A speculative backend past its break-even flips off before scoring when some scorer
+    (even unweighted, for explanations; or a plugin, which may read any field) reads the
+    state; under the latency scorer alone the flip would only be a write to recompute."""
+    policy = make_policy(
+        backend("p", "plain"), backend("n", "ngram", "ngram", 4), routing={"scorers": scorers}
+    )
+    for cached in (True, False):
+        s = healthy_scheduler(policy)
+        s = Scheduler(policy, s.fleet, s.acceptance, s.break_even, cache=cached)
+        ngram = s.fleet.backends["n"]
+        ngram.others_inflight = 200  # past any break-even, within its capacity
+        s.schedule(RequestInfo("m", "chat"))
+        assert ngram.spec_on is not steps
+        assert s._profile.steps_break_even is steps
 
 
 def test_a_plugin_missing_its_protocol_is_refused() -> None:
@@ -485,3 +517,50 @@ def test_a_request_re_scores_only_the_backends_written_since_the_last() -> None:
     assert work() == 0
     fleet.apply_fleet_inflight({name: 1 for name in fleet.backends}, fleet.snapshot_local())
     assert work() == len(fleet.backends)  # without it, the next request pays
+
+
+AFFINITY_SCORERS = [
+    {"type": "break_even", "weight": 4},
+    {"type": "acceptance", "weight": 1},
+    {"type": "load", "weight": 4},
+    {"type": "prefix_affinity", "weight": 2},
+]
+
+
+@pytest.mark.parametrize("scorers", [None, AFFINITY_SCORERS], ids=["built-ins", "affinity"])
+def test_after_a_refresh_each_class_finds_its_leaders_chosen(
+    scorers: list[dict[str, Any]] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refresh after a store sync re-scores every class and chooses its leaders again,
+    with sparse scorers after the built-ins too: the next request of each class neither
+    re-scores nor re-leads (a choice of 8 among 64 totals, ~10 us)."""
+    routing = {"routing": {"scorers": scorers}} if scorers else {}
+    policy = make_policy(
+        *(
+            backend(f"{pool}-{i}", pool, method, k)
+            for i in range(32)
+            for pool, method, k in [METHODS[i % 4]]
+        ),
+        **routing,
+    )
+    s = healthy_scheduler(policy)
+    labels = ("chat", "code", "rag")
+    for label in labels:
+        s.schedule(RequestInfo("m", label))
+    fleet = s.fleet
+    counts = {name: 3 + i % 7 for i, name in enumerate(fleet.backends)}
+    fleet.apply_fleet_inflight(counts, fleet.snapshot_local())
+    s.refresh()
+    led: list[int] = []
+    lead = leaders_module.Leaders.lead
+
+    def counted(self: leaders_module.Leaders, totals: list[float], skip: frozenset[int]) -> None:
+        led.append(len(totals))
+        lead(self, totals, skip)
+
+    monkeypatch.setattr(leaders_module.Leaders, "lead", counted)
+    before = s.rescored
+    for label in labels:
+        assert s.schedule(RequestInfo("m", label)).chosen is not None
+    assert led == []
+    assert s.rescored == before

@@ -239,3 +239,31 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
         s.fleet.backends[name].prefill_pending = 20_000
     decision = s.schedule(request)
     assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
+
+
+def test_the_models_terms_are_recomputed_off_the_request_path() -> None:
+    """After a write to every backend (the store sync), ``refresh`` recomputes the terms,
+    so the next request recomputes none; a profile without the latency scorer keeps none."""
+    s = scheduler()
+    request = RequestInfo("m", "chat", prompt_bytes=4000, max_tokens=100)
+    s.schedule(request)
+    for b in s.fleet.backends.values():
+        b.others_inflight = 7
+    s.refresh()
+    recomputed: list[str] = []
+    original = s.latency._refresh
+
+    def counted(state: Any, backend: Any, now: float) -> None:
+        recomputed.append(backend.name)
+        original(state, backend, now)
+
+    s.latency._refresh = counted  # type: ignore[method-assign]
+    s.schedule(request)
+    assert recomputed == []
+    s.fleet.backends["plain-0"].local_inflight = 3  # one written: its row alone
+    s.schedule(request)
+    assert recomputed == ["plain-0"]
+    plain = healthy_scheduler(mixed_fleet())
+    plain.schedule(request)
+    plain.refresh()
+    assert plain.latency._table is None
