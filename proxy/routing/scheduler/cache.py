@@ -141,7 +141,15 @@ class DecisionCache:
         (None: the profile has no built-in scorers); the totals list is the caller's."""
         group = self._group(ctx)
         listed = group.backends
-        backends = self._filter_rest(ctx, listed) if listed else listed
+        if not listed:
+            backends = listed
+        elif self._floored and (ctx.canary is None or not self._canary):
+            # The acceptance floor from the few backends below it, as ``decide`` applies
+            # it (usually none: the kept list as it is, no pass over it).
+            skip = self._floored_out(ctx, group)
+            backends = [b for i, b in enumerate(listed) if i not in skip] if skip else listed
+        else:
+            backends = self._filter_rest(ctx, listed)
         if ctx.forced is not None and all(b.name != ctx.forced for b in backends):
             ctx.forced = None
         if not backends:
@@ -301,8 +309,6 @@ class DecisionCache:
         if not todo:
             return
         group.unstepped.difference_update([b.name for b in todo])
-        if not self._steps:
-            return
         if self._written:
             self._drain()
         self._break_even.update(todo)
@@ -321,7 +327,8 @@ class DecisionCache:
         else:
             source = list(fleet.backends.values())
         members = {b.name: b for b in source}
-        return _Group(source, members, stale=set(members), unstepped=set(members))
+        unstepped = set(members) if self._steps else set()
+        return _Group(source, members, stale=set(members), unstepped=unstepped)
 
     def _drain(self) -> None:
         """Hand what changed since the last request to every group and class."""
@@ -332,8 +339,10 @@ class DecisionCache:
         if banded:
             pools = set(banded)
             banded.clear()
-            for group in self._groups.values():
-                group.unstepped.update(b.name for b in group.source if b.pool in pools)
+            # Without the break-even step (``steps``) no backend is ever left behind.
+            if self._steps:
+                for group in self._groups.values():
+                    group.unstepped.update(b.name for b in group.source if b.pool in pools)
         if written or rated:
             for group in self._groups.values():
                 # Only this model's backends (a mark of another's would stay pending).
@@ -341,7 +350,8 @@ class DecisionCache:
                 if written:
                     moved = written & mine
                     group.stale |= moved
-                    group.unstepped |= moved
+                    if self._steps:
+                        group.unstepped |= moved
                     rescore = moved | (rated & mine) if rated else moved
                 else:
                     rescore = rated & mine

@@ -419,7 +419,11 @@ AFFINITY: list[dict[str, Any] | None] = [
 PROMPTS = [tuple(range(100 * k, 100 * k + k % 6 + 1)) for k in range(1, 9)]
 
 
-@pytest.mark.parametrize("routing", ROUTINGS + AFFINITY)
+# The shipped profile: the latency scorer alone over the kept verdicts.
+LATENCY: list[dict[str, Any] | None] = [{"scorers": [{"type": "latency"}]}]
+
+
+@pytest.mark.parametrize("routing", ROUTINGS + AFFINITY + LATENCY)
 def test_kept_results_decide_as_a_fresh_computation_through_any_changes(
     routing: dict[str, Any] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
