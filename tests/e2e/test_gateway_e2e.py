@@ -372,8 +372,13 @@ def test_vllm_bench_serve_through_the_gateway(
             str(vllm_model_dir),
             "--dataset-name",
             "random",
+            # Enough for a run of a few seconds: the bench reads the speculative decoding
+            # counters from the gateway's /metrics before and after the run, and the
+            # gateway re-exports what it scraped (every 0.5 s here); 16 prompts took
+            # under a second and could end between two scrapes of the n-gram engine,
+            # with no drafts counted and no "Speculative Decoding" section.
             "--num-prompts",
-            "16",
+            "64",
             "--random-input-len",
             "24",
             "--random-output-len",
