@@ -62,7 +62,8 @@ class RequestInfo:
     max_tokens: int | None = None
     # The caller's tenant (its API key's), None in open mode.
     tenant: str | None = None
-    # Chained hashes of its prompt's leading chunks (proxy.routing.prefix), for affinity.
+    # Chained hashes of its prompt's leading chunks (proxy.routing.prefix), for affinity;
+    # () when the policy's routing does not read them (``Scheduler.reads_prompt_chunks``).
     prefix_chunks: tuple[int, ...] = ()
 
 

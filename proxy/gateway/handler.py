@@ -231,7 +231,11 @@ class Gateway:
             request_id,
             prompt_bytes=len(parsed.raw),
             max_tokens=wanted or None,
-            prefix_chunks=prompt_chunks(parsed.body),
+            # Hashed here only when the routing reads them; the prefix index hashes the
+            # prompt after the response otherwise (not on the time to first token).
+            prefix_chunks=(
+                prompt_chunks(parsed.body) if self.runtime.scheduler.reads_prompt_chunks else ()
+            ),
         )
 
     def _caller(self, scope: Message, admission: Admission | None) -> _Caller:

@@ -229,8 +229,11 @@ class PrefixIndex:
 
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         # A first byte means the engine prefilled the prompt, so it now caches its blocks.
-        chunks = route.request.prefix_chunks
-        if outcome.first_byte is None or not chunks:
+        if outcome.first_byte is None:
+            return
+        # Hashed before routing when the policy reads them, else here, after the response.
+        chunks = route.request.prefix_chunks or prompt_chunks(request.body)
+        if not chunks:
             return
         PrefixCorrection.check(self, chunks, outcome, route.backend)
         self.record(chunks, route.backend, at=outcome.first_byte)

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.routing.prefix import prompt_chunks
 from proxy.settings import Settings
 from proxy.sim.config import SimConfig
 from proxy.sim.server import SimServer, run_sim_in_thread
@@ -222,6 +223,15 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
             if line.startswith("specroute_slo_requests_total{") and 'class="code"' in line
         ]
         assert sum(judged) == 5, judged
+        # This routing does not read prompt chunks: the request path leaves them out and
+        # the prefix index hashes each served prompt after its response.
+        assert not gw.runtime.scheduler.reads_prompt_chunks
+        chunks, index = prompt_chunks({"messages": CODE}), gw.runtime.scheduler.prefix
+        assert index is not None
+        gw.wait_for(
+            lambda: index.held(chunks).get("ngram-0", 0) == len(chunks) > 0,
+            what="the served prompt in the prefix index",
+        )
         # Between requests the gateway's latency-terms task keeps the kept terms current
         # (a request then recomputes none for their age) while requests read them within
         # a prefill window, and then lets them age (an idle gateway spends nothing).

@@ -154,6 +154,11 @@ def _weighted_sum(columns: list[tuple[float, Sequence[float]]], size: int) -> li
     return totals
 
 
+def _built_in(plugin: object) -> bool:
+    """A plugin of this package (not a deployment's own, loaded by import string)."""
+    return type(plugin).__module__.startswith(__package__ + ".")
+
+
 def _split_builtin(
     scorers: tuple[tuple[Scorer, float], ...],
 ) -> tuple[BuiltinScorers | None, tuple[tuple[Scorer, float], ...]]:
@@ -198,6 +203,9 @@ class _Profile:
     # state, so that it moves with the candidates' load before scoring. Not with the
     # latency scorer alone: each flip would be a write that the kept terms recompute.
     steps_break_even: bool
+    # Whether some plugin may read the request's prompt chunks (``RequestInfo.
+    # prefix_chunks``): the prefix affinity, or a deployment's own plugin.
+    reads_chunks: bool
 
 
 class Scheduler:
@@ -269,6 +277,8 @@ class Scheduler:
             sparse=sparse,
             predicts=any(s.name == "latency" for s in weighted),
             steps_break_even=not all(isinstance(s, BLIND_TO_BREAK_EVEN) for s, _ in scorers),
+            reads_chunks=any(isinstance(s, PrefixAffinityScorer) for s, _ in scorers)
+            or not all(_built_in(p) for p in (*filters, *(s for s, _ in scorers), picker)),
         )
 
     def apply_policy(self, policy: Policy) -> None:
@@ -337,6 +347,13 @@ class Scheduler:
         them for the whole fleet (with 64 backends ~160 us, the decision-time p99)."""
         if self._profile.predicts:
             self.latency.refresh()
+
+    @property
+    def reads_prompt_chunks(self) -> bool:
+        """Whether the active policy's routing reads the prompt's chunk hashes, so that
+        the request path computes them before deciding (else the prefix index computes
+        them after the response, off the time to first token)."""
+        return self._profile.reads_chunks
 
     @property
     def rescored(self) -> int | None:

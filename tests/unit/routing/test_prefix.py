@@ -73,6 +73,22 @@ def test_only_requests_that_reached_their_backend_are_recorded() -> None:
     assert index.held((5, 6)) == {"a": 2}
 
 
+def test_a_prompt_the_routing_did_not_hash_is_hashed_after_its_response() -> None:
+    """Under a policy that does not read prompt chunks the request path leaves them out
+    (``Scheduler.reads_prompt_chunks``); the index hashes the body itself once the backend
+    has answered, to the same chunks."""
+    index = PrefixIndex()
+    body: dict[str, object] = {"model": "m", "messages": [{"role": "user", "content": DOC}]}
+    info = RequestInfo("m", "rag")
+    parsed = ParsedRequest(Endpoint.CHAT, body, b"", "m", False, False, False, 1)
+    route = Route(info, "a", "plain", RouteReason(RouteKind.PLAIN, ""))
+    outcome = Outcome("a", "plain", False, "rag", 0, 0.0)
+    outcome.first_byte = 1.0
+    index.on_outcome(parsed, outcome, route)
+    chunks = prompt_chunks(body)
+    assert len(chunks) > 2 and index.held(chunks) == {"a": len(chunks)}
+
+
 def test_chunk_hashes_are_the_same_in_every_process() -> None:
     # Replicas share hashes through the store: they must not depend on the process's
     # string-hash salt.

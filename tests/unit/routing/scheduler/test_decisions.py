@@ -294,6 +294,29 @@ def test_the_break_even_state_moves_only_where_a_scorer_reads_it(
         assert s._profile.steps_break_even is steps
 
 
+@pytest.mark.parametrize(
+    ("routing", "reads"),
+    [
+        ({"scorers": [{"type": "latency"}]}, False),
+        (None, False),  # the built-in break-even profile
+        ({"scorers": [{"type": "load"}, {"type": "prefix_affinity", "weight": 0}]}, True),
+        ({"scorers": [{"type": "latency"}, {"type": f"{HERE}:ConstantScorer"}]}, True),
+        ({"picker": {"type": f"{HERE}:LastNamePicker"}}, True),
+    ],
+)
+def test_prompt_chunks_are_hashed_before_deciding_only_where_routing_may_read_them(
+    routing: dict[str, Any] | None, reads: bool
+) -> None:
+    """The prefix affinity reads them (weighted or not: explanations), and a deployment's
+    own plugin may; the built-in scorers, filters and pickers do not."""
+    sections = {"routing": routing} if routing else {}
+    policy = make_policy(backend("a", "plain"), **sections)
+    s = healthy_scheduler(policy)
+    assert s.reads_prompt_chunks is reads
+    s.apply_policy(make_policy(backend("a", "plain"), routing={"scorers": [{"type": "load"}]}))
+    assert s.reads_prompt_chunks is False  # follows the policy in force
+
+
 def test_a_plugin_missing_its_protocol_is_refused() -> None:
     routing = {"scorers": [{"type": f"{HERE}:PerBackendScorer"}]}
     with pytest.raises(PluginError, match="Scorer protocol"):
