@@ -65,8 +65,9 @@ from proxy.routing.scheduler.scorers import (
 BUILTIN_SCORERS = (BreakEvenScorer, AcceptanceScorer, LoadScorer)
 
 # Scorers that never read the break-even state (``BackendState.spec_on``): a profile of
-# only these skips the break-even step (the acceptance scorer reads it only through the
-# built-ins' pass with a break-even weight; a plugin may read any field).
+# only these (and built-in filters and picker) skips the break-even step (the acceptance
+# scorer reads it only through the built-ins' pass with a break-even weight; a plugin may
+# read any field).
 BLIND_TO_BREAK_EVEN = (LatencyScorer, AcceptanceScorer, LoadScorer, PrefixAffinityScorer)
 
 # Scorers whose explanation is the route header's reason (when they carry weight).
@@ -264,6 +265,9 @@ class Scheduler:
         sparse = tuple((s, w) for s, w in extra if isinstance(s, SparseScorer))
         leads = type(picker) is MaxScorePicker and builtin is not None
         leads = leads and len(sparse) == len(extra)
+        # A deployment's own plugin (filter, scorer or picker) may read any field of the
+        # request and of the backends: the break-even state and the prompt's chunks too.
+        built_in = all(_built_in(p) for p in (*filters, *(s for s, _ in scorers), picker))
         return _Profile(
             filters=filters,
             scorers=scorers,
@@ -276,9 +280,10 @@ class Scheduler:
             leads=picker if leads and isinstance(picker, MaxScorePicker) else None,
             sparse=sparse,
             predicts=any(s.name == "latency" for s in weighted),
-            steps_break_even=not all(isinstance(s, BLIND_TO_BREAK_EVEN) for s, _ in scorers),
-            reads_chunks=any(isinstance(s, PrefixAffinityScorer) for s, _ in scorers)
-            or not all(_built_in(p) for p in (*filters, *(s for s, _ in scorers), picker)),
+            steps_break_even=not built_in
+            or not all(isinstance(s, BLIND_TO_BREAK_EVEN) for s, _ in scorers),
+            reads_chunks=not built_in
+            or any(isinstance(s, PrefixAffinityScorer) for s, _ in scorers),
         )
 
     def apply_policy(self, policy: Policy) -> None:

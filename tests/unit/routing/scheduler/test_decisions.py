@@ -267,23 +267,26 @@ def test_a_deployments_own_plugins_decide_and_explain() -> None:
 
 
 @pytest.mark.parametrize(
-    ("scorers", "steps"),
+    ("routing", "steps"),
     [
-        ([{"type": "latency"}], False),
-        ([{"type": "load"}, {"type": "acceptance"}, {"type": "prefix_affinity"}], False),
-        ([{"type": "latency"}, {"type": "break_even", "weight": 0}], True),
-        ([{"type": "latency"}, {"type": f"{HERE}:ConstantScorer"}], True),
+        ({"scorers": [{"type": "latency"}]}, False),
+        (
+            {"scorers": [{"type": "load"}, {"type": "acceptance"}, {"type": "prefix_affinity"}]},
+            False,
+        ),
+        ({"scorers": [{"type": "latency"}, {"type": "break_even", "weight": 0}]}, True),
+        ({"scorers": [{"type": "latency"}, {"type": f"{HERE}:ConstantScorer"}]}, True),
+        ({"scorers": [{"type": "latency"}], "picker": {"type": f"{HERE}:LastNamePicker"}}, True),
     ],
 )
 def test_the_break_even_state_moves_only_where_a_scorer_reads_it(
-    scorers: list[dict[str, Any]], steps: bool
+    routing: dict[str, Any], steps: bool
 ) -> None:
     """A speculative backend past its break-even flips off before scoring when some scorer
-    (even unweighted, for explanations; or a plugin, which may read any field) reads the
-    state; under the latency scorer alone the flip would only be a write to recompute."""
-    policy = make_policy(
-        backend("p", "plain"), backend("n", "ngram", "ngram", 4), routing={"scorers": scorers}
-    )
+    (even unweighted, for explanations) reads the state, or a deployment's own plugin (it
+    may read any field); under the latency scorer alone the flip would only be a write to
+    recompute."""
+    policy = make_policy(backend("p", "plain"), backend("n", "ngram", "ngram", 4), routing=routing)
     for cached in (True, False):
         s = healthy_scheduler(policy)
         s = Scheduler(policy, s.fleet, s.acceptance, s.break_even, cache=cached)
