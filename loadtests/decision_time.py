@@ -36,6 +36,7 @@ import random
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -272,18 +273,18 @@ class _Run:
             b.name: load + local[b.name] for b, load in zip(self.states, self.loads[n], strict=True)
         }
         fleet.apply_fleet_inflight(counts, local)
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        self.scheduler.refresh()
-        self.terms_due = self.clock() + self.scheduler.latency.fresh_s / 2
-        self.timings["refresh"].append(time.perf_counter_ns() - t0)
-        self.timings["refresh_cpu"].append(time.thread_time_ns() - c0)
+        self._background(self.scheduler.refresh)
 
     def _age(self) -> None:
         """The gateway's ``latency-terms`` task: the latency model's terms recomputed as
-        they age, every half of ``LatencyModel.fresh_s`` (timed apart with the sync's
-        refresh: background work)."""
+        they age, every half of ``LatencyModel.fresh_s``."""
+        self._background(self.scheduler.refresh_predictions)
+
+    def _background(self, work: Callable[[], None]) -> None:
+        """Background work, timed apart as ``refresh``; either kind brings the latency
+        terms up to date, so the next age-driven recompute is due half a term later."""
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        self.scheduler.refresh_predictions()
+        work()
         self.timings["refresh"].append(time.perf_counter_ns() - t0)
         self.timings["refresh_cpu"].append(time.thread_time_ns() - c0)
         self.terms_due = self.clock() + self.scheduler.latency.fresh_s / 2

@@ -268,18 +268,8 @@ class _Table:
         for seen in self.written:
             seen.clear()
         model = self.model
-        online = model._online
-        stale = now - model.fresh_s
-        states: list[_Online] = []
-        for b in self.backends:
-            t = online.get(b.name) or model._adopt(b)
-            if (
-                t.terms_at < (now if every else stale)
-                or t.inflight != b.inflight
-                or t.pending != b.prefill_pending
-            ):
-                model._refresh(t, b, now)
-            states.append(t)
+        before = now if every else now - model.fresh_s
+        states = [model._current(b, now, before) for b in self.backends]
         self.ttft_base[:] = [t.ttft_base for t in states]
         self.ttft_per_token[:] = [t.ttft_per_token for t in states]
         self.imposed_per_token[:] = [t.imposed_per_token for t in states]
@@ -349,14 +339,7 @@ class _Table:
 
     def _row(self, i: int, now: float) -> None:
         model = self.model
-        b = self.backends[i]
-        t = model._online.get(b.name) or model._adopt(b)
-        if (
-            t.terms_at < now - model.fresh_s
-            or t.inflight != b.inflight
-            or t.pending != b.prefill_pending
-        ):
-            model._refresh(t, b, now)
+        t = model._current(self.backends[i], now, now - model.fresh_s)
         self.ttft_base[i] = t.ttft_base
         self.ttft_per_token[i] = t.ttft_per_token
         self.imposed_per_token[i] = t.imposed_per_token
@@ -491,16 +474,10 @@ class LatencyModel:
 
     def predict(self, backend: BackendState, request: RequestInfo) -> Prediction:
         """One backend's prediction with what it came from (explanations, dispatch): from
-        the same terms as ``latencies``."""
+        the same terms as ``terms``."""
         label = request.label
-        t = self._online.get(backend.name) or self._adopt(backend)
         now = self.clock()
-        if (
-            t.terms_at < now - self._fresh_s
-            or t.inflight != backend.inflight
-            or t.pending != backend.prefill_pending
-        ):
-            self._refresh(t, backend, now)
+        t = self._current(backend, now, now - self._fresh_s)
         prompt = self.prompt_tokens(label, request.prompt_bytes)
         acceptance = self.draft_acceptance(backend, label) if t.k_now else None
         per_step = _per_step(acceptance, t.k_now)
@@ -525,6 +502,18 @@ class LatencyModel:
         """Predicted TPOT for class ``label`` from the backend's current terms."""
         acceptance = self.draft_acceptance(backend, label) if state.k_now else None
         return state.tpot_step / _per_step(acceptance, state.k_now)
+
+    def _current(self, backend: BackendState, now: float, before: float) -> _Online:
+        """The backend's terms, recomputed at ``now`` if they were computed before
+        ``before`` or for another load than its current one."""
+        t = self._online.get(backend.name) or self._adopt(backend)
+        if (
+            t.terms_at < before
+            or t.inflight != backend.inflight
+            or t.pending != backend.prefill_pending
+        ):
+            self._refresh(t, backend, now)
+        return t
 
     def _refresh(self, state: _Online, backend: BackendState, now: float) -> None:
         """The calibrated model of the module docstring for the backend's current load,

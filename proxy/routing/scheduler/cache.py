@@ -143,7 +143,7 @@ class DecisionCache:
         listed = group.backends
         if not listed:
             backends = listed
-        elif self._floored and (ctx.canary is None or not self._canary):
+        elif self._floor_alone(ctx):
             # The acceptance floor from the few backends below it, as ``decide`` applies
             # it (usually none: the kept list as it is, no pass over it).
             skip = self._floored_out(ctx, group)
@@ -172,8 +172,13 @@ class DecisionCache:
         whole score, or that sparse scores add to where the fleet has no policy weights
         (they would multiply every total), and no filter after the leading ones but the
         acceptance floor (and a canary filter while no canary runs)."""
-        weights = self._weigh or not self._fleet.weighted
-        return weights and self._floored and (ctx.canary is None or not self._canary)
+        return (self._weigh or not self._fleet.weighted) and self._floor_alone(ctx)
+
+    def _floor_alone(self, ctx: SchedulingContext) -> bool:
+        """Whether the acceptance floor (or nothing) is the only filter after the leading
+        ones for this request (a canary filter counts only while a canary runs): it is then
+        applied from the few backends below it (``_floored_out``)."""
+        return self._floored and (ctx.canary is None or not self._canary)
 
     def decide(
         self,
