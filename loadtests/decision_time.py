@@ -1,7 +1,7 @@
 """Routing decision time with a large fleet: classify + schedule, per request.
 
     python -m loadtests.decision_time [--backends 8 64] [--requests 20000] [--quick]
-        [--routing default|latency|affinity] [--block 500] [--only cached|recomputed]
+        [--routing default|latency|affinity] [--block 500] [--only cached|inline|recomputed]
         [--json PATH] [--digest]
 
 Target (issue 23): decision p99 under 50 microseconds with 64 backends, on a busy host.
@@ -14,10 +14,15 @@ oldest of 32 running requests with its acceptance sample, and every 50 requests 
 replicas' in-flight count of every backend), so the scheduler's kept results
 (``scheduler/cache.py``) are invalidated as in production. What the gateway re-derives
 in the background, after that sync and as the latency model's terms age
-(``Scheduler.refresh``, ``refresh_predictions``), is timed apart as ``refresh``. Two contenders decide the same
-requests through the same changes, in alternating blocks: the scheduler keeping results
-between requests (``cached``) and the one recomputing them for every request
-(``Scheduler(cache=False)``, the code before the cache).
+(``Scheduler.refresh``, ``refresh_predictions``), is timed apart as ``refresh``; so is
+the catch-up it runs once a request is on its way (``Scheduler.catch_up``, after the
+writes of its dispatch and of the request that ended), as ``catch-up``. Three contenders
+decide the same requests through the same changes, in alternating blocks: the scheduler
+keeping results between requests and caught up between them (``cached``, as the gateway
+runs it when the loop has a free moment between two decisions), the same with no
+catch-up, each decision redoing what the writes since the last one changed (``inline``,
+as two requests that arrive back to back), and the one recomputing everything for every
+request (``Scheduler(cache=False)``, the code before the cache).
 
 ``--digest`` times nothing: it prints, per contender, a hash of every decision of the run
 (the chosen backend, every candidate's total to the bit, the notes, the route text), and
@@ -174,6 +179,15 @@ def _row(values: list[int]) -> dict[str, float]:
     }
 
 
+# Each contender: whether it keeps results between requests, and whether it catches them
+# up between two decisions (``Scheduler.catch_up``) as the gateway does once a request is
+# on its way.
+CONTENDERS: dict[str, tuple[bool, bool]] = {
+    "cached": (True, True),
+    "inline": (True, False),
+    "recomputed": (False, False),
+}
+
 # Requests a backend holds at once in the run (the oldest finishes when one more starts).
 IN_FLIGHT = 32
 # Requests between two syncs of the other replicas' in-flight counts (every backend moves).
@@ -185,8 +199,9 @@ class _Run:
     state changes the gateway makes around each decision, identical for every contender
     with the same seed."""
 
-    def __init__(self, backends: int, requests: int, seed: int, routing: str, cache: bool):
+    def __init__(self, backends: int, requests: int, seed: int, routing: str, contender: str):
         rng = random.Random(seed)
+        cache, self.catch_up = CONTENDERS[contender]
         self.policy = fleet_policy(backends, ROUTINGS[routing])
         self.raws = [orjson.dumps(b) for b in BODIES]
         self.affinity = routing == "affinity"
@@ -214,6 +229,8 @@ class _Run:
             "route_text_cpu": [],
             "refresh": [],
             "refresh_cpu": [],
+            "catch_up": [],
+            "catch_up_cpu": [],
         }
 
     def block(self, start: int, stop: int) -> None:
@@ -229,6 +246,7 @@ class _Run:
             timings["decision_cpu"],
         )
         explain, explain_cpu = timings["route_text"], timings["route_text_cpu"]
+        caught, caught_cpu = timings["catch_up"], timings["catch_up_cpu"]
         wall = time.perf_counter_ns
         cpu = time.thread_time_ns
         for i in range(start, stop):
@@ -262,6 +280,13 @@ class _Run:
                 self.rescored.append((scheduler.rescored or 0) - before)
             if decision.chosen is not None:
                 self._dispatch(decision.chosen.backend, len(raw) // 4, label, i)
+            if self.catch_up:
+                # Once the request is on its way, the gateway's catch-up with its writes
+                # (and the ended request's): a callback on the loop, off the decision.
+                t4, c4 = wall(), cpu()
+                scheduler.catch_up()
+                caught.append(wall() - t4)
+                caught_cpu.append(cpu() - c4)
 
     def _sync(self, n: int) -> None:
         """The store sync as the gateway runs it (``app._sync_inflight``): the other
@@ -308,7 +333,9 @@ class _Run:
                 timings["classify"], timings["decision"], timings["route_text"], strict=True
             )
         ]
-        out: dict[str, Any] = {f"{name}_us": _row(values) for name, values in timings.items()}
+        out: dict[str, Any] = {
+            f"{name}_us": _row(values) for name, values in timings.items() if values
+        }
         out["total_us"] = _row(total)
         if self.rescored:
             out["rescored"] = _work(self.rescored, timings["decision_cpu"])
@@ -336,12 +363,12 @@ def measure(
     seed: int = 1,
     routing: str = "default",
     block: int = 500,
-    contenders: tuple[bool, ...] = (True, False),
+    contenders: tuple[str, ...] = tuple(CONTENDERS),
 ) -> dict[str, Any]:
     """The same requests and state changes decided by each contender (keeping results
     between requests, then recomputing them), in alternating blocks of ``block``
     requests so that a busy spell of the host falls on both."""
-    runs = [_Run(backends, requests, seed, routing, cache) for cache in contenders]
+    runs = [_Run(backends, requests, seed, routing, name) for name in contenders]
     # As the gateway does at start-up: long-lived objects out of the collector's way.
     gc.collect()
     gc.freeze()
@@ -353,13 +380,13 @@ def measure(
         gc.unfreeze()
     result: dict[str, Any] = {"backends": backends, "requests": requests, "routing": routing}
     result["load_average"] = os.getloadavg()
-    for cache, run in zip(contenders, runs, strict=True):
-        result["cached" if cache else "recomputed"] = run.result()
+    for name, run in zip(contenders, runs, strict=True):
+        result[name] = run.result()
     return result
 
 
 def digest(
-    backends: int, requests: int, routing: str, cache: bool, seed: int = 7
+    backends: int, requests: int, routing: str, contender: str, seed: int = 7
 ) -> tuple[str, str]:
     """Two hashes of one contender's run, with the clock and the draws fixed
     (``time.monotonic`` is replaced for the run: the filters' back-off checks and the
@@ -369,7 +396,7 @@ def digest(
     real = time.monotonic
     time.monotonic = lambda: clock[0]
     try:
-        run = _Run(backends, requests, seed, routing, cache)
+        run = _Run(backends, requests, seed, routing, contender)
         scheduler = run.scheduler
         scheduler._profile.picker._random.seed(seed)  # type: ignore[attr-defined]
         seen, choices = hashlib.sha256(), hashlib.sha256()
@@ -404,22 +431,27 @@ ROWS = {
     "total_us": "total",
     "refresh_us": "refresh",
     "refresh_cpu_us": "  its CPU",
+    "catch_up_us": "catch-up",
+    "catch_up_cpu_us": "  its CPU",
 }
 
 
 def report(result: dict[str, Any]) -> list[str]:
-    """The printed lines for one fleet size: each contender's percentiles, the ratio of
-    the kept-results path to the recomputing one, and the target's verdict."""
+    """The printed lines for one fleet size: each contender's percentiles, the ratios of
+    the caught-up kept results to the other two, and the target's verdict (on the first
+    contender run: the gateway's own, ``cached``, unless ``--only`` says otherwise)."""
     lines = [
         f"decision time, {result['backends']} backends, {result['requests']} requests,"
         f" {result['routing']} routing (load average {result['load_average'][0]:.1f})"
     ]
-    for contender in ("cached", "recomputed"):
+    for contender in CONTENDERS:
         if contender not in result:
             continue
         lines.append(f"  {contender}:")
         for part, name in ROWS.items():
-            row = result[contender][part]
+            row = result[contender].get(part)
+            if row is None:  # no catch-up in this contender
+                continue
             lines.append(
                 f"    {name:<10} p50 {row['p50']:7.1f} us   p90 {row['p90']:7.1f} us"
                 f"   p99 {row['p99']:7.1f} us"
@@ -431,13 +463,14 @@ def report(result: dict[str, Any]) -> list[str]:
                 f" max {work['max']}; mean {work['mean']:.1f}, over the slowest 1%"
                 f" {work['mean_slowest_1pct']:.1f}"
             )
-    if "cached" in result and "recomputed" in result:
-        new, old = result["cached"]["decision_us"], result["recomputed"]["decision_us"]
-        lines.append(
-            f"  cached / recomputed decision: p50 {new['p50'] / old['p50']:.2f}"
-            f"   p99 {new['p99'] / old['p99']:.2f}"
-        )
-    first = result.get("cached") or result["recomputed"]
+    for other in ("inline", "recomputed"):
+        if "cached" in result and other in result:
+            new, old = result["cached"]["decision_us"], result[other]["decision_us"]
+            lines.append(
+                f"  cached / {other} decision: p50 {new['p50'] / old['p50']:.2f}"
+                f"   p99 {new['p99'] / old['p99']:.2f}"
+            )
+    first = result[next(name for name in CONTENDERS if name in result)]
     # The target is the routing decision (filters, scorers, picker, route header); the
     # classifier runs before it and is shown apart (and in the total). Wall time includes
     # being preempted by other processes on a shared machine; the thread's CPU time shows
@@ -460,8 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=500, help="requests per alternating block")
     parser.add_argument(
         "--only",
-        choices=["cached", "recomputed"],
-        help="run one contender (default: both, alternating)",
+        choices=list(CONTENDERS),
+        help="run one contender (default: all three, alternating)",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
@@ -472,12 +505,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     requests = 2_000 if args.quick else args.requests
-    contenders = (True, False) if args.only is None else (args.only == "cached",)
+    contenders = tuple(CONTENDERS) if args.only is None else (args.only,)
     if args.digest:
         for backends in args.backends:
-            for cache in contenders:
-                name = "cached" if cache else "recomputed"
-                whole, chosen = digest(backends, requests, args.routing, cache)
+            for name in contenders:
+                whole, chosen = digest(backends, requests, args.routing, name)
                 print(f"{backends} backends, {args.routing}, {name}: {whole} (choices {chosen})")
         return 0
     results = []

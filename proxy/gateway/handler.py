@@ -176,6 +176,8 @@ class Gateway:
         self.listeners = tuple(listeners)
         self.sampler = sampler
         self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
+        # Whether the scheduler's catch-up is already queued on the loop (``_catch_up_soon``).
+        self._catching_up = False
 
     async def handle(self, kind: Endpoint, scope: Message, receive: Receive, send: Send) -> None:
         # os.urandom, not uuid4: the same 128 random bits at a tenth of the cost.
@@ -496,6 +498,21 @@ class Gateway:
             route = attempt.route or self._route(attempt)
             for listener in self.listeners:
                 listener.on_outcome(attempt.parsed, outcome, route)
+        self._catch_up_soon()
+
+    def _catch_up_soon(self) -> None:
+        """Queue the scheduler's catch-up (``Scheduler.catch_up``) for the loop's next
+        pass: after a request's dispatch (its in-flight count and pending prompt) and after
+        its end (the same undone, what its outcome taught; its first byte's write rides
+        along), once per pass for however many requests wrote meanwhile. It runs while
+        the backend works, and the next decision finds the kept results current."""
+        if not self._catching_up:
+            self._catching_up = True
+            asyncio.get_running_loop().call_soon(self._catch_up)
+
+    def _catch_up(self) -> None:
+        self._catching_up = False
+        self.scheduler.catch_up()
 
     # -- dispatch -------------------------------------------------------------------------
     async def _dispatch(self, attempt: _Attempt, watch: Watch) -> bytes | None:
@@ -509,6 +526,7 @@ class Gateway:
         # Runs once the request is on its way: the route's explanation and the response
         # headers are built while the backend works on the prompt, not after its first byte.
         asyncio.get_running_loop().call_soon(self._prepare, attempt)
+        self._catch_up_soon()  # after the prepare: its route text writes the backend too
         try:
             async with asyncio.timeout(timeout):
                 url = backend.spec.url + parsed.kind.path

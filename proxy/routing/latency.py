@@ -444,6 +444,21 @@ class LatencyModel:
         if table is not None and now - table.read_at <= self.settings.prefill_window_s:
             table.load(now, every=True)
 
+    def catch_up(self) -> None:
+        """The kept terms' rows of the backends written since the last request, and each
+        class's TPOT rows, recomputed now: off the request path once a request is on its
+        way (``Scheduler.catch_up``). Terms past their freshness are left to the
+        background refresh (or the next request)."""
+        table = self._table
+        if table is None:
+            return
+        now = self.clock()
+        if now > table.fresh_until:
+            return
+        table.catch_up(now)
+        for label in table.tpot:
+            table.tpot_of(label)
+
     def terms(self, fleet: Fleet, backends: Sequence[BackendState], label: str) -> Terms:
         """The candidates' terms for a request of class ``label``, as arrays aligned with
         ``backends`` (of ``fleet``): the scheduler's batch form of ``predict`` (hot path:

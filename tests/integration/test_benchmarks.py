@@ -254,21 +254,26 @@ def test_decision_time_benchmark_measures_classify_and_decide(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     result = decision_time.measure(backends=64, requests=300, block=100)
-    for contender in ("cached", "recomputed"):
+    for contender in ("cached", "inline", "recomputed"):
         for part in ("classify_us", "decision_us", "decision_cpu_us", "route_text_us"):
             row = result[contender][part]
             assert 0 < row["p50"] <= row["p90"] <= row["p99"], (contender, part, row)
         assert result[contender]["total_us"]["p50"] > result[contender]["decision_us"]["p50"]
-        # The refresh after each sync timed apart; the work behind kept decisions counted.
+        # The refresh after each sync timed apart, and the catch-up between two decisions
+        # (the gateway's, cached only); the work behind kept decisions counted.
         assert {"refresh_us", "refresh_cpu_us", "route_text_cpu_us"} <= result[contender].keys()
-        assert ("rescored" in result[contender]) is (contender == "cached")
-    work = result["cached"]["rescored"]
-    assert work["max"] == 64  # each class's first request
-    assert 0 < work["p50"] <= work["p99"] < 64
+        assert ("catch_up_us" in result[contender]) is (contender == "cached")
+        assert ("rescored" in result[contender]) is (contender != "recomputed")
+    caught_up, inline = result["cached"]["rescored"], result["inline"]["rescored"]
+    assert caught_up["max"] == inline["max"] == 64  # each class's first request
+    assert 0 < inline["p50"] <= inline["p99"] < 64
+    assert caught_up["p50"] == 0  # the catch-up re-scored what the writes moved
+    assert result["cached"]["catch_up_us"]["p50"] > 0
     assert decision_time.main(["--quick", "--backends", "8"]) == 0
     out = capsys.readouterr().out
     assert "decision time, 8 backends, 2000 requests, default routing" in out
     assert "cached / recomputed decision: p50" in out
+    assert "cached / inline decision: p50" in out
     assert "target: decision p99 < 50 us" in out  # a verdict, whichever way it goes
     latency = decision_time.measure(backends=64, requests=200, routing="latency")
     assert 0 < latency["cached"]["decision_us"]["p50"] <= latency["cached"]["decision_us"]["p99"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from proxy.routing.acceptance import AcceptanceTracker
@@ -94,6 +94,7 @@ class DecisionCache:
         builtin: BuiltinScorers | None,
         weigh: bool,
         steps: bool = True,
+        picker: MaxScorePicker | None = None,
     ) -> None:
         self._fleet = fleet
         self._break_even = break_even
@@ -110,6 +111,9 @@ class DecisionCache:
         self._floored = not floors or type(self._floor) is AcceptanceFloorFilter
         self._canary = len(floors) < len(self._rest)
         self._builtin = builtin
+        # The max-score picker when ``decide`` chooses for this profile (None: it never
+        # does, and no leaders are kept).
+        self._picker = picker
         # Whether the built-in totals are multiplied by the backends' weights here (no
         # other scorer adds to them before that).
         self._weigh = weigh
@@ -181,10 +185,7 @@ class DecisionCache:
         return self._floored and (ctx.canary is None or not self._canary)
 
     def decide(
-        self,
-        ctx: SchedulingContext,
-        picker: MaxScorePicker,
-        sparse: Sequence[tuple[SparseScorer, float]] = (),
+        self, ctx: SchedulingContext, sparse: Sequence[tuple[SparseScorer, float]] = ()
     ) -> tuple[list[BackendState], list[float], frozenset[int], int] | None:
         """The picker's first choice from the kept results, with no pass over the
         survivors (``leaders.py``): the survivors, this request's totals (a copy, with
@@ -192,7 +193,8 @@ class DecisionCache:
         excluded, and the chosen place (None: no backend is left)."""
         group = self._group(ctx)
         listed = group.backends
-        if not listed or self._builtin is None:
+        picker = self._picker
+        if not listed or self._builtin is None or picker is None:
             return None
         skip = self._floored_out(ctx, group)
         if group.unstepped:
@@ -276,38 +278,55 @@ class DecisionCache:
             for label in (group.classes or ("",))
         ]
 
-    def refresh(self, ctx: SchedulingContext) -> None:
-        """Bring what is kept for ``ctx``'s (model, class) up to date for every backend the
-        leading filters keep: called after a write to many backends (a store sync), off
-        the request path, so that no request pays for it: the leading filters' verdicts
-        (the model's, so once for its first class), then the class's scores. The
-        break-even step runs for those backends as it would for a request's candidates,
-        except the ones below the acceptance floor for some class (the floor filter may
-        keep them from being candidates); the later filters do not run (they may act, as
-        the floor's probes do)."""
+    def refresh(self, context: Callable[[str, str], SchedulingContext]) -> None:
+        """Bring everything kept up to date for every backend the leading filters keep, off
+        the request path, so that the next request finds nothing (or little) to redo:
+        after a write to many backends (a store sync), and after a request's own few
+        writes once it is on its way (``Scheduler.catch_up``). Per model, the leading
+        filters' verdicts and the break-even step; per class, its scores, and its leaders
+        where the next choice would choose them afresh. ``context`` makes the context of
+        a (model, class), only where there is something to redo. The break-even step runs
+        for the backends as it would for a request's candidates, except the ones below
+        the acceptance floor for some class (the floor filter may keep them from being
+        candidates); the later filters do not run (they may act, as the floor's probes
+        do)."""
         self._drain()
-        request = ctx.request
-        group = self._groups.get(request.model)
-        if group is None:
-            return
-        self._verdicts(ctx, group)
-        scores = group.classes.get(request.label)
-        if scores is None:
-            return
-        listed = group.backends
-        if group.unstepped and listed:
-            below = ctx.acceptance.below
-            avoided = set().union(*below.values()) if any(below.values()) else set()
-            unstepped = group.unstepped
-            self._step(group, [b for b in listed if b.name in unstepped and b.name not in avoided])
-        if scores.generation != group.generation:
-            self._follow(group, scores)
-        if scores.pending and listed:
-            self._rescore(ctx, group, scores, listed)
-            # The leaders too, wherever ``decide`` reads them (``leads``: sparse scorers
-            # after the built-ins included), or the class's next request chooses them.
-            if self._floored and (self._weigh or not self._fleet.weighted):
-                scores.leaders.lead(scores.totals, scores.leaders.skip)
+        for model, group in self._groups.items():
+            ctx = context(model, "")
+            self._verdicts(ctx, group)
+            listed = group.backends
+            if group.unstepped and listed:
+                below = ctx.acceptance.below
+                avoided = set().union(*below.values()) if any(below.values()) else set()
+                pos = group.pos
+                unstepped = [
+                    listed[i]
+                    for name in group.unstepped
+                    if name not in avoided and (i := pos.get(name)) is not None
+                ]
+                self._step(group, unstepped)
+            if not listed:
+                continue
+            for label, scores in group.classes.items():
+                if scores.generation != group.generation:
+                    self._follow(group, scores)
+                if scores.pending:
+                    self._rescore(context(model, label), group, scores, listed)
+                self._lead_if_due(scores)
+
+    def _lead_if_due(self, scores: _Scores) -> None:
+        """A class's leaders chosen afresh wherever ``decide`` reads them (``leads``: sparse
+        scorers after the built-ins included) and the kept ones no longer settle a choice
+        (every total rewritten, or a leader's own dispatch took it under the bar): else
+        the class's next request chooses them."""
+        picker, leaders = self._picker, scores.leaders
+        if (
+            picker is not None
+            and self._floored
+            and (self._weigh or not self._fleet.weighted)
+            and leaders.due(scores.totals, picker)
+        ):
+            leaders.lead(scores.totals, leaders.skip)
 
     def _step(self, group: _Group, todo: list[BackendState]) -> None:
         """The break-even step for these candidates."""

@@ -58,6 +58,16 @@ class Leaders:
             self.places = top
         self.skip = skip
 
+    def due(self, totals: list[float], picker: MaxScorePicker) -> bool:
+        """Whether a first choice by ``totals`` would choose the leaders afresh: none yet,
+        too many joined, or the bar no longer under the best of them by the picker's
+        ``tie_epsilon`` (the condition ``_settled`` checks, without a request's moved
+        places)."""
+        places = self.places
+        if not places or len(places) > MOST_LEADERS:
+            return True
+        return self.bar >= max([totals[i] for i in places]) - picker.tie_epsilon
+
     def first(
         self,
         totals: list[float],

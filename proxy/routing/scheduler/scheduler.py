@@ -251,6 +251,7 @@ class Scheduler:
             profile.builtin,
             weigh=not profile.extra,
             steps=profile.steps_break_even,
+            picker=profile.leads,
         )
 
     @staticmethod
@@ -300,7 +301,7 @@ class Scheduler:
         base: list[float] | None = None
         if cache is not None and cache.covers(ctx):
             if profile.leads is not None and cache.leads(ctx):
-                return self._kept(ctx, cache, profile.leads, profile.sparse)
+                return self._kept(ctx, cache, profile.sparse)
             # The same filters and steps, redone only where something changed.
             backends, base = cache.candidates(ctx)
         else:
@@ -322,11 +323,10 @@ class Scheduler:
         self,
         ctx: SchedulingContext,
         cache: DecisionCache,
-        picker: MaxScorePicker,
         sparse: tuple[tuple[SparseScorer, float], ...],
     ) -> Decision:
         """The first choice from the kept totals and their leaders (``cache.decide``)."""
-        found = cache.decide(ctx, picker, sparse)
+        found = cache.decide(ctx, sparse)
         if found is None:
             return Decision(ctx.request, None, ctx)
         backends, totals, skip, first = found
@@ -339,11 +339,23 @@ class Scheduler:
         requests re-score only what changes after it (``scheduler/cache.py``) and find the
         latency model's terms current."""
         self.refresh_predictions()
-        cache = self._cache
-        if cache is None:
-            return
-        for model, label in cache.kept():
-            cache.refresh(self._context(RequestInfo(model, label)))
+        self._refresh_kept()
+
+    def catch_up(self) -> None:
+        """Bring what is kept up to date with the few writes since the last decision (a
+        request's dispatch, its first byte, its end and what was learned from it), off
+        the request path: the gateway calls this once a request is on its way to its
+        backend, so that the next decision re-scores, re-steps and recomputes nothing its
+        predecessors wrote (a decision still catches up by itself on whatever is left,
+        as when requests arrive back to back). The latency terms' rows, then the kept
+        verdicts, scores and leaders."""
+        if self._profile.predicts:
+            self.latency.catch_up()
+        self._refresh_kept()
+
+    def _refresh_kept(self) -> None:
+        if self._cache is not None:
+            self._cache.refresh(lambda model, label: self._context(RequestInfo(model, label)))
 
     def refresh_predictions(self) -> None:
         """Bring the latency model's per-backend terms up to date, when a weighted scorer

@@ -79,6 +79,7 @@ class FakeUpstream:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
         self.urls.append(url)
+        await asyncio.sleep(0)  # a backend answers on a later pass of the loop
         step = self.script.pop(0)
         if step.error is not None:
             raise step.error
@@ -193,6 +194,30 @@ async def test_the_route_sentence_describes_the_fleet_the_request_was_routed_on(
     assert route.reason.text == sentence
     # As the scheduler saw it: before the request itself counted on its backend.
     assert "load 0 < break-even" in sentence, sentence
+
+
+async def test_the_scheduler_catches_up_while_the_backend_works_and_after_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scheduler's kept results are brought up to date off the request path: once the
+    request is on its way (counted on its backend) and once it has ended (counted off),
+    each on a later pass of the loop, not before the upstream write."""
+    gateway, upstream, _ = build([Scripted(body=STREAM)])
+    fleet = gateway.runtime.fleet.backends
+    seen: list[dict[str, tuple[int, int]]] = []
+
+    def catch_up() -> None:
+        seen.append({n: (b.local_inflight, b.prefill_pending) for n, b in fleet.items()})
+
+    monkeypatch.setattr(gateway.scheduler, "catch_up", catch_up)
+    status, _ = await call(gateway, stream=True)
+    await asyncio.sleep(0)  # the pass after the handler's last write
+    assert status == 200
+    served = upstream.urls[0].split("/")[3]
+    assert len(seen) == 2, seen
+    inflight, pending = seen[0][served]
+    assert inflight == 1 and pending > 0  # the request counted, its prompt queued
+    assert seen[1][served] == (0, 0)
 
 
 async def test_every_attempt_5xx_keeps_the_upstream_status_and_body() -> None:

@@ -347,3 +347,38 @@ def test_kept_terms_equal_one_by_one_predictions_through_any_writes(seed: int) -
             candidates = list(candidates)
         r = request(rng.choice(labels), tokens=rng.randint(10, 4000))
         assert batch_form(model, fleet, candidates, r) == one_by_one(model, candidates, r)
+
+
+def test_a_catch_up_recomputes_the_written_rows_before_the_next_request() -> None:
+    """The catch-up the gateway runs once a request is on its way recomputes the rows its
+    dispatch (and an acceptance sample) wrote, TPOT included, so the next request
+    recomputes none and reads the same terms as one backend at a time; past their
+    freshness the terms are left to the background refresh."""
+    model, fleet, clock = setup()
+    backends = list(fleet.backends.values())
+    recomputed: list[str] = []
+    original = model._refresh
+
+    def counted(state: object, backend: BackendState, now: float) -> None:
+        recomputed.append(backend.name)
+        original(state, backend, now)  # type: ignore[arg-type]
+
+    model._refresh = counted  # type: ignore[method-assign]
+    model.catch_up()  # no request yet: nothing kept, nothing to do
+    batch_form(model, fleet, backends, request("chat"))
+    eagle = fleet.backends["eagle-0"]
+    model.dispatch(eagle, request("chat", tokens=800))
+    eagle.local_inflight += 1
+    model.acceptance.observe("eagle-0", "chat", 0.3, 3.0)
+    recomputed.clear()
+    model.catch_up()
+    assert recomputed == ["eagle-0"]
+    recomputed.clear()
+    r = request("chat", tokens=600)
+    assert batch_form(model, fleet, backends, r) == one_by_one(model, backends, r)
+    assert recomputed == []
+    clock.now += 2 * model.fresh_s
+    eagle.local_inflight += 1
+    recomputed.clear()
+    model.catch_up()
+    assert recomputed == []  # aged: the background refresh (or the request) redoes them

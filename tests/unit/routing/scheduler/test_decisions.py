@@ -398,12 +398,27 @@ def changes(rng: random.Random, s: Scheduler, clock: Clock) -> list[Callable[[],
     def time_passes() -> None:
         clock.now += rng.choice([0.1, 1.0])
 
-    return [dispatch, sync, scrape, sample, health, quarantine, overload, full, tpot, time_passes]
+    def catch_up() -> None:  # once a request is on its way, as the gateway does
+        s.catch_up()
+
+    return [
+        dispatch,
+        sync,
+        scrape,
+        sample,
+        health,
+        quarantine,
+        overload,
+        full,
+        tpot,
+        time_passes,
+        catch_up,
+    ]
 
 
 # How often each kind of change comes (acceptance samples as often as dispatches: each
 # must be seen on its own, with no other write to the same backend to hide a missing mark).
-weights = [3, 1, 2, 3, 1, 1, 1, 1, 2, 1]
+weights = [3, 1, 2, 3, 1, 1, 1, 1, 2, 1, 3]
 
 
 def cached_and_fresh(
@@ -594,3 +609,68 @@ def test_after_a_refresh_each_class_finds_its_leaders_chosen(
         assert s.schedule(RequestInfo("m", label)).chosen is not None
     assert led == []
     assert s.rescored == before
+
+
+@pytest.mark.parametrize("scorers", [None, AFFINITY_SCORERS], ids=["built-ins", "affinity"])
+def test_a_catch_up_leaves_the_next_decision_nothing_to_redo(
+    scorers: list[dict[str, Any]] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a request writes (its dispatch, the end of an older one with its acceptance
+    sample) is redone by the catch-up the gateway runs once the request is on its way:
+    the next request of any class re-scores nothing and chooses no leaders (the catch-up
+    chose them where a dispatch took a leader under the bar). Without the catch-up, the
+    same requests redo it themselves."""
+    routing = {"routing": {"scorers": scorers}} if scorers else {}
+    policy = make_policy(
+        *(
+            backend(f"{pool}-{i}", pool, method, k)
+            for i in range(32)
+            for pool, method, k in [METHODS[i % 4]]
+        ),
+        **routing,
+    )
+    labels = ("chat", "code", "rag")
+    led: list[str] = []
+    phase = ["deciding"]
+    lead = leaders_module.Leaders.lead
+
+    def counted(self: leaders_module.Leaders, totals: list[float], skip: frozenset[int]) -> None:
+        led.append(phase[0])
+        lead(self, totals, skip)
+
+    monkeypatch.setattr(leaders_module.Leaders, "lead", counted)
+
+    def run(catching_up: bool) -> list[int]:
+        s = healthy_scheduler(policy)
+        for label in labels:
+            s.schedule(RequestInfo("m", label))
+        s.refresh()
+        led.clear()
+        work: list[int] = []
+        running: list[BackendState] = []
+        for i in range(60):
+            before = s.rescored or 0
+            phase[0] = "deciding"
+            decision = s.schedule(RequestInfo("m", labels[i % 3], prompt_bytes=2000))
+            work.append((s.rescored or 0) - before)
+            assert decision.chosen is not None
+            chosen = decision.chosen.backend
+            chosen.local_inflight += 1  # its dispatch
+            chosen.prefill_pending += 8000
+            running.append(chosen)
+            if len(running) > 24:  # the oldest ends, with a well-accepted sample
+                ended = running.pop(0)
+                ended.local_inflight -= 1
+                ended.prefill_pending -= 8000
+                if ended.speculative:
+                    s.acceptance.observe(ended.name, labels[i % 3], 3.0, 4)
+            if catching_up:
+                phase[0] = "catching up"
+                s.catch_up()
+        return work
+
+    assert run(catching_up=True) == [0] * 60
+    assert "deciding" not in led and "catching up" in led, led
+    led.clear()
+    assert sum(run(catching_up=False)) > 60
+    assert "deciding" in led
