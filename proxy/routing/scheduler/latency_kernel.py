@@ -1,0 +1,90 @@
+"""The latency scorer's arithmetic over the candidates, compiled.
+
+``LatencyScorer.score_all`` rates every candidate from the latency model's terms (the
+formula is in proxy/routing/scheduler/latency_scorer.py). Written as some twenty numpy
+operations over 64 backends it cost ~12 us of a ~28 us decision on this project's 2-core
+host, nearly all of it each operation's fixed cost, not the arithmetic; the same loop
+compiled by numba costs ~2 us (loadtests/README.md, "The latency decision compiled").
+vLLM compiles its n-gram proposer's loop the same way
+(vllm/v1/spec_decode/ngram_proposer.py, ``@njit``).
+
+One implementation: ``_scores`` is the loop; ``scores`` is it compiled for float64 arrays,
+at import (~0.2 s), so that no request pays for compiling. The tests run both on the
+same inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+# The compiled signature: four C-contiguous float64 arrays (the terms), eight floats (the
+# request's and the scorer's), and the float64 array the scores are written into.
+SIGNATURE = "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8[::1])"
+
+
+def _scores(
+    ttft_base: FloatArray,
+    ttft_per_token: FloatArray,
+    tpot: FloatArray,
+    imposed_per_token: FloatArray,
+    prompt: float,
+    ttft_goal: float,
+    tpot_goal: float,
+    spread: float,
+    later: float,
+    latency_weight: float,
+    harm: float,
+    out: FloatArray,
+) -> float:
+    """Each candidate's latency score into ``out``; returns the best chance of meeting
+    the objective (0 with no candidate).
+
+    TTFT = ``ttft_base + ttft_per_token * prompt``; the chance of meeting the objective,
+    ``1 / ((1 + (TTFT / ttft_goal) ** spread) * (1 + (TPOT / tpot_goal) ** spread))`` (the
+    TPOT factor only when ``later`` tokens follow the first), counts relative to the
+    best one's; ``latency_weight`` of the score goes to ``budget / (budget + TTFT + TPOT *
+    later)``; the whole over ``1 + harm * imposed_per_token * prompt``.
+    """
+    n = ttft_base.shape[0]
+    budget = ttft_goal + tpot_goal * later
+    best = 0.0
+    for i in range(n):
+        ttft = ttft_base[i] + ttft_per_token[i] * prompt
+        meets = 1.0 + (ttft / ttft_goal) ** spread
+        if later:
+            meets *= 1.0 + (tpot[i] / tpot_goal) ** spread
+        meets = 1.0 / meets
+        out[i] = meets
+        if meets > best:
+            best = meets
+    scale = (1.0 - latency_weight) / best if best > 0.0 else 0.0
+    for i in range(n):
+        ttft = ttft_base[i] + ttft_per_token[i] * prompt
+        speed = latency_weight * budget / (budget + ttft + tpot[i] * later)
+        out[i] = (scale * out[i] + speed) / (1.0 + harm * (imposed_per_token[i] * prompt))
+    return best
+
+
+scores: Callable[
+    [
+        FloatArray,
+        FloatArray,
+        FloatArray,
+        FloatArray,
+        float,
+        float,
+        float,
+        float,
+        float,
+        float,
+        float,
+        FloatArray,
+    ],
+    float,
+] = numba.njit(SIGNATURE, cache=False)(_scores)

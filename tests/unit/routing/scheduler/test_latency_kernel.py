@@ -1,0 +1,67 @@
+"""The latency scorer's compiled loop against the same loop run by Python, and against
+the scorer's scalar form (``LatencyScorer.rate``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from proxy.policy import Objective
+from proxy.routing.scheduler import latency_kernel
+from proxy.routing.scheduler.latency_scorer import LatencyScorer
+
+
+def terms(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+    return (
+        rng.uniform(0.0, 2.0, n),  # TTFT base, s
+        rng.uniform(1e-5, 4e-4, n),  # TTFT per prompt token, s
+        rng.uniform(0.002, 0.08, n),  # TPOT, s
+        rng.uniform(0.0, 3e-3, n),  # imposed per prompt token, s
+    )
+
+
+def test_the_loop_is_compiled_once_for_its_signature() -> None:
+    assert latency_kernel.scores is not latency_kernel._scores
+    assert len(latency_kernel.scores.signatures) == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_and_interpreted_loops_score_alike(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for n in (0, 1, 7, 64):
+        base, per, tpot, imposed = terms(rng, n)
+        later = float(rng.choice([0.0, 1.0, 120.0]))
+        args = (base, per, tpot, imposed, 900.0, 0.5, 0.025, 4.0, later, 0.25, 0.04)
+        compiled, interpreted = np.full(n, np.nan), np.full(n, np.nan)
+        best = latency_kernel.scores(*args, compiled)
+        assert best == latency_kernel._scores(*args, interpreted)
+        np.testing.assert_allclose(compiled, interpreted, rtol=1e-13, atol=0)
+        if n:
+            assert 0.0 < best <= 1.0
+            assert not np.isnan(compiled).any()
+        else:
+            assert best == 0.0
+
+
+def test_each_score_is_the_scalar_rating_relative_to_the_best() -> None:
+    """What ``score_all`` computes over the candidates equals ``rate`` one backend at a
+    time: the chance over the best chance, plus the speed share, over the harm."""
+    rng = np.random.default_rng(7)
+    base, per, tpot, imposed = terms(rng, 64)
+    scorer = LatencyScorer()
+    objective = Objective(ttft_ms=500, tpot_ms=25)
+    tokens, prompt, harm = 60.0, 1200.0, 0.03
+    out = np.empty(64)
+    best = latency_kernel.scores(
+        base, per, tpot, imposed, prompt, 0.5, 0.025, scorer.spread, tokens - 1.0, 0.25, harm, out
+    )
+    rated = [
+        scorer.rate(float(b + p * prompt), float(t), objective, tokens)
+        for b, p, t in zip(base, per, tpot, strict=True)
+    ]
+    assert best == pytest.approx(max(meet for meet, _ in rated), rel=1e-12)
+    expected = [
+        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prompt)
+        for (meet, speed), i in zip(rated, imposed, strict=True)
+    ]
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
