@@ -184,12 +184,8 @@ def test_kept_terms_follow_acceptance_by_class_and_every_writer() -> None:
     assert check("chat") == one_by_one(model, backends, request("chat", tokens=600))
 
 
-def test_background_refresh_pauses_while_no_request_reads_the_terms() -> None:
-    """The background recompute runs while requests read the kept terms and stops a
-    prefill window after the last one; the first request after the pause still gets
-    current terms."""
-    model, fleet, clock = setup()
-    backends = list(fleet.backends.values())
+def counting_recomputes(model: LatencyModel) -> list[str]:
+    """The names of the backends whose terms ``model`` recomputes from now on, in order."""
     recomputed: list[str] = []
     original = model._refresh
 
@@ -198,6 +194,16 @@ def test_background_refresh_pauses_while_no_request_reads_the_terms() -> None:
         original(state, backend, now)  # type: ignore[arg-type]
 
     model._refresh = counted  # type: ignore[method-assign]
+    return recomputed
+
+
+def test_background_refresh_pauses_while_no_request_reads_the_terms() -> None:
+    """The background recompute runs while requests read the kept terms and stops a
+    prefill window after the last one; the first request after the pause still gets
+    current terms."""
+    model, fleet, clock = setup()
+    backends = list(fleet.backends.values())
+    recomputed = counting_recomputes(model)
     model.refresh()
     assert recomputed == []  # no request yet: no table to keep
     batch_form(model, fleet, backends, request())
@@ -356,14 +362,7 @@ def test_a_catch_up_recomputes_the_written_rows_before_the_next_request() -> Non
     freshness the terms are left to the background refresh."""
     model, fleet, clock = setup()
     backends = list(fleet.backends.values())
-    recomputed: list[str] = []
-    original = model._refresh
-
-    def counted(state: object, backend: BackendState, now: float) -> None:
-        recomputed.append(backend.name)
-        original(state, backend, now)  # type: ignore[arg-type]
-
-    model._refresh = counted  # type: ignore[method-assign]
+    recomputed = counting_recomputes(model)
     model.catch_up()  # no request yet: nothing kept, nothing to do
     batch_form(model, fleet, backends, request("chat"))
     eagle = fleet.backends["eagle-0"]
