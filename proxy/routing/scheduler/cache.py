@@ -13,8 +13,11 @@ changed backends only, so the formulas stay where they are, and
 tests/unit/routing/scheduler/test_decisions.py checks on random sequences of state changes
 that this path decides as a fresh computation does. ``decide`` goes one step further for
 the max-score picker: each class keeps its leaders (``leaders.py``), so a request re-scores
-its few pending backends and chooses without a pass over the survivors. Figures:
-loadtests/README.md (routing decision time).
+its few pending backends and chooses without a pass over the survivors. Most of that
+redoing happens before a request even arrives: ``refresh`` brings everything kept current
+after a store sync or a scrape round, and after each request's own writes once it is on
+its way (``Scheduler.catch_up``, queued on the loop by the gateway), so a decision usually
+finds nothing pending. Figures: loadtests/README.md (routing decision time).
 """
 
 from __future__ import annotations
