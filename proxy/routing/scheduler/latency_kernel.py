@@ -28,6 +28,20 @@ FloatArray = npt.NDArray[np.float64]
 SIGNATURE = "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8[::1])"
 
 
+def _fourth_or_pow(x: float, spread: float) -> float:
+    """``x ** spread``; the default spread, 4, as two squarings (a ``pow`` per backend and
+    objective cost ~1.4 us of the decision with 64 backends: loadtests/README.md)."""
+    if spread == 4.0:
+        x *= x
+        return x * x
+    return float(x**spread)
+
+
+# Compiled first: the loop below calls it (inlined by the compiler, plain Python when the
+# loop runs interpreted).
+_power: Callable[[float, float], float] = numba.njit("f8(f8, f8)", inline="always")(_fourth_or_pow)
+
+
 def _scores(
     ttft_base: FloatArray,
     ttft_per_token: FloatArray,
@@ -56,9 +70,9 @@ def _scores(
     best = 0.0
     for i in range(n):
         ttft = ttft_base[i] + ttft_per_token[i] * prompt
-        meets = 1.0 + (ttft / ttft_goal) ** spread
+        meets = 1.0 + _power(ttft / ttft_goal, spread)
         if later:
-            meets *= 1.0 + (tpot[i] / tpot_goal) ** spread
+            meets *= 1.0 + _power(tpot[i] / tpot_goal, spread)
         meets = 1.0 / meets
         out[i] = meets
         if meets > best:
