@@ -272,14 +272,9 @@ class DecisionCache:
             return NONE  # nothing avoided, or everything: the soft filter is then skipped
         return frozenset([pos[name] for name in dropped])
 
-    def kept(self) -> list[tuple[str, str]]:
-        """The (model, class) pairs with results kept (class "" for a model with only the
-        filters' verdicts kept: no built-in scorers, or no class scored yet)."""
-        return [
-            (model, label)
-            for model, group in self._groups.items()
-            for label in (group.classes or ("",))
-        ]
+    def keeps(self) -> bool:
+        """Whether anything is kept (a model's verdicts, at least)."""
+        return bool(self._groups)
 
     def refresh(self, context: Callable[[str, str], SchedulingContext]) -> None:
         """Bring everything kept up to date for every backend the leading filters keep, off

@@ -528,7 +528,7 @@ def test_results_are_kept_for_large_fleets_only() -> None:
         s = healthy_scheduler(policy)
         decision = s.schedule(RequestInfo("m", "chat"))
         assert decision.chosen is not None
-        assert bool(s._cache and s._cache.kept()) is kept, size
+        assert bool(s._cache and s._cache.keeps()) is kept, size
 
 
 def test_a_request_re_scores_only_the_backends_written_since_the_last() -> None:
