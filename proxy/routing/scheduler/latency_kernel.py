@@ -4,7 +4,8 @@
 formula is in proxy/routing/scheduler/latency_scorer.py). Written as some twenty numpy
 operations over 64 backends it cost ~12 us of a ~28 us decision on this project's 2-core
 host, nearly all of it each operation's fixed cost, not the arithmetic; the same loop
-compiled by numba costs ~2 us (loadtests/README.md, "The latency decision compiled").
+compiled by numba costs ~2 us (loadtests/README.md, "Catch-up off the request path, and
+the latency loop compiled").
 vLLM compiles its n-gram proposer's loop the same way
 (vllm/v1/spec_decode/ngram_proposer.py, ``@njit``).
 
@@ -23,7 +24,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
-# The compiled signature: four C-contiguous float64 arrays (the terms), eight floats (the
+# The compiled signature: four C-contiguous float64 arrays (the terms), seven floats (the
 # request's and the scorer's), and the float64 array the scores are written into.
 SIGNATURE = "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8[::1])"
 
@@ -37,8 +38,8 @@ def _fourth_or_pow(x: float, spread: float) -> float:
     return float(x**spread)
 
 
-# Compiled first: the loop below calls it (inlined by the compiler, plain Python when the
-# loop runs interpreted).
+# Compiled first: the loop below calls it (inlined in the compiled loop; the interpreted
+# loop calls it compiled).
 _power: Callable[[float, float], float] = numba.njit("f8(f8, f8)", inline="always")(_fourth_or_pow)
 
 

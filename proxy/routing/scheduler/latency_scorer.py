@@ -30,8 +30,8 @@ score moves towards the fewest prompt tokens queued for prefill once even the be
 chance falls under that value.
 
 The model keeps each backend's request-independent terms current between requests, as
-arrays over the candidates (proxy/routing/latency.py), so a decision costs a few array
-operations (loadtests/README.md, routing decision time).
+arrays over the candidates (proxy/routing/latency.py), and a decision runs one compiled
+loop over them (``latency_kernel.py``; loadtests/README.md, routing decision time).
 """
 
 from __future__ import annotations
