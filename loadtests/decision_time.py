@@ -1,7 +1,8 @@
 """Routing decision time with a large fleet: classify + schedule, per request.
 
     python -m loadtests.decision_time [--backends 8 64] [--requests 20000] [--quick]
-        [--routing default|latency|affinity] [--block 500] [--only cached|inline|recomputed]
+        [--routing default|latency|latency-prefix|affinity] [--block 500]
+        [--only cached|inline|recomputed]
         [--json PATH] [--digest]
 
 Target (issue 23): decision p99 under 50 microseconds with 64 backends, on a busy host.
@@ -88,12 +89,14 @@ BODIES = [
 ]
 
 
-# ``--routing``: the shipped default profile, the latency scorer alone, or the default
-# scorers plus ``prefix_affinity`` over a full prefix index (the request's chunk hashing,
-# on the request path, timed with the decision).
+# ``--routing``: the schema's built-in (break-even) profile, the latency scorer alone (the
+# shipped routing), the latency scorer reading the prefix index (``prefix_cache``), or the
+# built-in scorers plus ``prefix_affinity``; the last two over a full prefix index (the
+# request's chunk hashing, on the request path, timed with the decision).
 ROUTINGS: dict[str, dict[str, Any] | None] = {
     "default": None,
     "latency": {"scorers": [{"type": "latency"}]},
+    "latency-prefix": {"scorers": [{"type": "latency", "params": {"prefix_cache": True}}]},
     "affinity": {
         "scorers": [
             {"type": "break_even", "weight": 4, "params": {"plain_score": 1.0}},
@@ -204,7 +207,9 @@ class _Run:
         cache, self.catch_up = CONTENDERS[contender]
         self.policy = fleet_policy(backends, ROUTINGS[routing])
         self.raws = [orjson.dumps(b) for b in BODIES]
-        self.affinity = routing == "affinity"
+        # Routings that read the prompt's chunks decide over a full prefix index, the
+        # request's chunk hashing timed with the decision.
+        self.affinity = routing in ("affinity", "latency-prefix")
         names = [b.name for b in self.policy.backends]
         index = full_index(names, self.raws, seed) if self.affinity else None
         self.scheduler = _scheduler(self.policy, seed, index, cache)

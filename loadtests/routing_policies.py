@@ -106,6 +106,7 @@ EXPERIMENTS = (
     "specroute-latency-sat",
     "specroute-latency-n1",
     "specroute-latency-n05",
+    "specroute-latency-prefix",
     "specroute-balanced",
     "least-loaded-prefill",
     "specroute-prefill",
@@ -171,6 +172,7 @@ _LATENCY_EXPERIMENTS: dict[str, dict[str, float]] = {
     "specroute-latency-sat": {"saturated_below": 0.5},
     "specroute-latency-n1": {"neighbour_weight": 1.0},
     "specroute-latency-n05": {"neighbour_weight": 0.5},
+    "specroute-latency-prefix": {"prefix_cache": True},
 }
 
 

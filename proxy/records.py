@@ -137,6 +137,8 @@ class LatencyForecast:
     prompt_bytes: int
     max_tokens: int | None
     output_tokens: float
+    # Of ``prompt_tokens``, those the engine likely had cached (not prefilled again).
+    cached_tokens: int = 0
 
 
 @dataclass(slots=True)

@@ -281,7 +281,9 @@ def admin_router() -> APIRouter:
         # The latency model's view of every candidate, whichever scorers the policy uses.
         for row in explained["candidates"]:
             backend = runtime.fleet.backends[row["backend"]]
-            p = runtime.latency.predict(backend, info)
+            p = runtime.latency.predict(
+                backend, info, runtime.scheduler.cached_share(info, backend)
+            )
             row["predicted"] = {
                 "ttft_ms": round(p.ttft_s * 1000, 3),
                 "tpot_ms": round(p.tpot_s * 1000, 3),

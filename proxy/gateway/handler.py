@@ -453,13 +453,16 @@ class Gateway:
     ) -> _Attempt:
         """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
         # Predicted before the request counts on the backend (as the scheduler saw it).
-        forecast = self.runtime.latency.dispatch(backend, decision.request)
+        request = decision.request
+        share = self.scheduler.cached_share(request, backend)
+        forecast = self.runtime.latency.dispatch(backend, request, share)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
         # (the load scorer and the latency model count it): the body size over a
         # bytes-per-token ratio learned per class from the usage the backends report
-        # (LatencyModel.prompt_tokens; estimate_prompt_tokens' 4 until measured).
-        prefill = forecast.prompt_tokens
+        # (LatencyModel.prompt_tokens; estimate_prompt_tokens' 4 until measured), less what
+        # its engine likely has cached where the routing hashed the prompt's chunks.
+        prefill = forecast.prompt_tokens - forecast.cached_tokens
         backend.prefill_pending += prefill
         outcome = Outcome(
             backend=backend.name,

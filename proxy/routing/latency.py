@@ -39,7 +39,7 @@ import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,7 +76,9 @@ _MAX_LISTS = 64
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
-_UNSEEN: IntArray = np.empty(0, dtype=np.intp)
+# A candidate list's rows in the kept arrays (None: all of them, in order) and each
+# candidate's place in the list by name.
+_Places = tuple[IntArray | None, Mapping[str, int]]
 
 
 def load_engine_profile(name: str) -> EngineProfile:
@@ -181,6 +183,9 @@ class Prediction:
     model_tpot_s: float
     queued_tokens: int
     prompt_tokens: int
+    # Of those, the ones its engine likely has cached (the prefix index's share): not
+    # prefilled again.
+    cached_tokens: int
     batch: int
     step_s: float
     tokens_per_step: float
@@ -192,6 +197,7 @@ class Prediction:
     imposed_s: float
 
     def describe(self) -> str:
+        cached = f" ({self.cached_tokens} more cached)" if self.cached_tokens else ""
         spec = (
             f", acceptance {self.acceptance:.2f}: {self.tokens_per_step:.2f} tokens/step"
             if self.acceptance is not None
@@ -199,7 +205,8 @@ class Prediction:
         )
         return (
             f"TTFT ~{self.ttft_s * 1000:.0f} ms ({self.queued_tokens} tok queued + "
-            f"{self.prompt_tokens} own, x{self.ttft_ratio:.2f} measured), "
+            f"{self.prompt_tokens - self.cached_tokens} own{cached}, "
+            f"x{self.ttft_ratio:.2f} measured), "
             f"TPOT ~{self.tpot_s * 1000:.1f} ms (step {self.step_s * 1000:.1f} ms at "
             f"batch {self.batch}, prefill share {self.prefill_share:.0%}{spec}, "
             f"x{self.tpot_ratio:.2f} measured); its prefill delays the {self.batch - 1} "
@@ -219,6 +226,8 @@ class Terms:
     ttft_per_token: FloatArray
     tpot: FloatArray
     imposed_per_token: FloatArray
+    # Each candidate's place in the arrays, by name.
+    places: Mapping[str, int]
 
 
 class _Table:
@@ -255,8 +264,8 @@ class _Table:
         )
         # Where candidate lists' rows are: by the list (held: the key is its id), and by
         # its members' ids.
-        self._lists: dict[int, tuple[Sequence[BackendState], IntArray | None]] = {}
-        self._positions: dict[tuple[int, ...], IntArray | None] = {}
+        self._lists: dict[int, tuple[Sequence[BackendState], _Places]] = {}
+        self._positions: dict[tuple[int, ...], _Places] = {}
         self.fresh_until = -math.inf
         # When a request last read the table: an idle gateway stops refreshing it.
         self.read_at = now
@@ -278,29 +287,34 @@ class _Table:
             self.tpot_behind[label].clear()
         self.fresh_until = min((t.terms_at for t in states), default=now) + model.fresh_s
 
-    def positions(self, backends: Sequence[BackendState]) -> IntArray | None:
+    def positions(self, backends: Sequence[BackendState]) -> _Places:
         """Where each candidate's row is (None: the whole fleet in order, read as it is;
-        KeyError: a backend not in this table). Kept by the list, and by its members for a
-        list made anew per request (a filter that drops a backend returns a new list)."""
+        KeyError: a backend not in this table), and each candidate's place in the list by
+        name. Kept by the list, and by its members for a list made anew per request (a
+        filter that drops a backend returns a new list)."""
         kept = self._lists.get(id(backends))
         if kept is not None and kept[0] is backends:
             return kept[1]
         # Ids of the backends this table holds cannot be taken by other objects meanwhile.
         members = tuple(map(id, backends))
-        index = self._positions.get(members, _UNSEEN)
-        if index is _UNSEEN:
+        found = self._positions.get(members)
+        if found is None:
             rows, at = self.backends, self.at
             places = [at[b.name] for b in backends]
             if any(rows[i] is not b for i, b in zip(places, backends, strict=True)):
                 raise KeyError("a candidate not in the fleet the terms were kept for")
-            index = None if places == list(range(len(rows))) else np.array(places, dtype=np.intp)
+            if places == list(range(len(rows))):
+                found = (None, at)
+            else:
+                index = np.array(places, dtype=np.intp)
+                found = (index, {b.name: i for i, b in enumerate(backends)})
             if len(self._positions) >= _MAX_LISTS:
                 self._positions.clear()
-            self._positions[members] = index
+            self._positions[members] = found
         if len(self._lists) >= _MAX_LISTS:
             self._lists.clear()
-        self._lists[id(backends)] = (backends, index)
-        return index
+        self._lists[id(backends)] = (backends, found)
+        return found
 
     def catch_up(self, now: float) -> None:
         """The rows of the backends written since the last request."""
@@ -473,37 +487,45 @@ class LatencyModel:
             table.catch_up(now)
         table.read_at = now
         try:
-            index = table.positions(backends)
+            index, places = table.positions(backends)
         except KeyError:  # a backend the fleet has swapped (a policy being applied)
             table = self._table = _Table(self, fleet, now)
-            index = table.positions(backends)
+            index, places = table.positions(backends)
         tpot = table.tpot_of(label)
         if index is None:
-            return Terms(table.ttft_base, table.ttft_per_token, tpot, table.imposed_per_token)
+            return Terms(
+                table.ttft_base, table.ttft_per_token, tpot, table.imposed_per_token, places
+            )
         return Terms(
             table.ttft_base.take(index),
             table.ttft_per_token.take(index),
             tpot.take(index),
             table.imposed_per_token.take(index),
+            places,
         )
 
-    def predict(self, backend: BackendState, request: RequestInfo) -> Prediction:
+    def predict(
+        self, backend: BackendState, request: RequestInfo, cached_share: float = 0.0
+    ) -> Prediction:
         """One backend's prediction with what it came from (explanations, dispatch): from
-        the same terms as ``terms``."""
+        the same terms as ``terms``. ``cached_share``: the share of the prompt its engine
+        likely has cached (``PrefixIndex.cached_shares``), not prefilled again."""
         label = request.label
         now = self.clock()
         t = self._current(backend, now, now - self._fresh_s)
         prompt = self.prompt_tokens(label, request.prompt_bytes)
+        prefill = uncached(prompt, cached_share)
         acceptance = self.draft_acceptance(backend, label) if t.k_now else None
         per_step = _per_step(acceptance, t.k_now)
         return Prediction(
-            imposed_s=t.imposed_per_token * prompt,
-            ttft_s=t.ttft_base + t.ttft_per_token * prompt,
+            imposed_s=t.imposed_per_token * prefill,
+            ttft_s=t.ttft_base + t.ttft_per_token * prefill,
             tpot_s=t.tpot_step / per_step,
-            model_ttft_s=t.model_ttft_base + t.model_ttft_per_token * prompt,
+            model_ttft_s=t.model_ttft_base + t.model_ttft_per_token * prefill,
             model_tpot_s=t.model_tpot_step / per_step,
             queued_tokens=max(backend.prefill_pending, 0),
             prompt_tokens=prompt,
+            cached_tokens=prompt - math.ceil(prefill),
             batch=backend.inflight + 1,
             step_s=t.step_now,
             tokens_per_step=per_step,
@@ -571,13 +593,17 @@ class LatencyModel:
         self._online[backend.name] = state
         return state
 
-    def dispatch(self, backend: BackendState, request: RequestInfo) -> LatencyForecast:
+    def dispatch(
+        self, backend: BackendState, request: RequestInfo, cached_share: float = 0.0
+    ) -> LatencyForecast:
         """The prediction for the backend a request is being sent to, before it counts
-        there; records its prompt in the backend's prompt-token rate."""
-        p = self.predict(backend, request)
+        there; records the prompt tokens it will prefill there in the backend's
+        prompt-token rate."""
+        p = self.predict(backend, request, cached_share)
         online = self._online[backend.name]
         now = self.clock()
-        online.prefill_sum = p.prompt_tokens + online.prefill_sum * math.exp(
+        prefill = p.prompt_tokens - p.cached_tokens
+        online.prefill_sum = prefill + online.prefill_sum * math.exp(
             (online.prefill_at - now) * self._decay
         )
         online.prefill_at = now
@@ -589,6 +615,7 @@ class LatencyModel:
             model_ttft_s=p.model_ttft_s,
             model_tpot_s=p.model_tpot_s,
             prompt_tokens=p.prompt_tokens,
+            cached_tokens=p.cached_tokens,
             prompt_bytes=request.prompt_bytes,
             max_tokens=request.max_tokens,
             output_tokens=self.output_tokens(request.label, request.max_tokens),
@@ -649,6 +676,13 @@ class LatencyModel:
 
     def bytes_per_token(self, label: str) -> float:
         return self._bytes_per_token.get(label, self.settings.bytes_per_token)
+
+
+def uncached(prompt: float, cached_share: float) -> float:
+    """The prompt tokens an engine prefills when it has ``cached_share`` of the prompt
+    cached: at least one (vLLM computes the last prompt token again, to sample from it).
+    The latency scorer's compiled loop runs this same function."""
+    return max(prompt * (1.0 - cached_share), 1.0)
 
 
 def _per_step(acceptance: float | None, k: int) -> float:

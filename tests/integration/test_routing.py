@@ -254,18 +254,22 @@ def test_latency_policy_routes_explains_and_reports_prediction_errors(
         assert not gw.call(current)
 
 
-def test_a_follow_up_turn_goes_where_its_prefix_is_cached(tmp_path: Path) -> None:
+# The prefix affinity as a vote beside load; the latency model with the cached share of
+# the prompt taken off each backend's predicted prefill.
+FOLLOW_UP_ROUTINGS = {
+    "affinity": [{"type": "load", "weight": 4}, {"type": "prefix_affinity", "weight": 2}],
+    "latency": [{"type": "latency", "params": {"prefix_cache": True}}],
+}
+
+
+@pytest.mark.parametrize("routing", sorted(FOLLOW_UP_ROUTINGS))
+def test_a_follow_up_turn_goes_where_its_prefix_is_cached(routing: str, tmp_path: Path) -> None:
     config = SimConfig(enable_prompt_tokens_details=True)
     with run_sim_in_thread(config) as one, run_sim_in_thread(config) as two:
         urls = {"plain-0": one.url, "plain-1": two.url}
         policy = {
             "backends": [sim_backend(name, url, "plain") for name, url in urls.items()],
-            "routing": {
-                "scorers": [
-                    {"type": "load", "weight": 4},
-                    {"type": "prefix_affinity", "weight": 2},
-                ]
-            },
+            "routing": {"scorers": FOLLOW_UP_ROUTINGS[routing]},
         }
         path = write_policy(tmp_path / "p.yaml", policy)
         with run_gateway(Settings(policy_path=path, port=0)) as gw:
@@ -284,6 +288,8 @@ def test_a_follow_up_turn_goes_where_its_prefix_is_cached(tmp_path: Path) -> Non
             timeout=30,
         )
     assert again.headers["x-specroute-backend"] == served
+    if routing == "latency":  # the route says what the model took off the prefill
+        assert "prompt tok cached" in again.headers["x-specroute-route"]
     assert first.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
     cached = again.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert cached >= 0.5 * first.json()["usage"]["prompt_tokens"]

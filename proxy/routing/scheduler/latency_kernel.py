@@ -22,11 +22,14 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from proxy.routing.latency import uncached
+
 FloatArray = npt.NDArray[np.float64]
 
-# The compiled signature: four C-contiguous float64 arrays (the terms), seven floats (the
-# request's and the scorer's), and the float64 array the scores are written into.
-SIGNATURE = "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8[::1])"
+# The compiled signature: five C-contiguous float64 arrays (the terms, and each candidate's
+# cached share of the prompt), seven floats (the request's and the scorer's), and the
+# float64 array the scores are written into.
+SIGNATURE = "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8[::1])"
 
 
 def _fourth_or_pow(x: float, spread: float) -> float:
@@ -38,9 +41,10 @@ def _fourth_or_pow(x: float, spread: float) -> float:
     return float(x**spread)
 
 
-# Compiled first: the loop below calls it (inlined in the compiled loop; the interpreted
-# loop calls it compiled).
+# Compiled first: the loop below calls them (inlined in the compiled loop; the interpreted
+# loop calls them compiled). ``uncached`` is the latency model's own function.
 _power: Callable[[float, float], float] = numba.njit("f8(f8, f8)", inline="always")(_fourth_or_pow)
+_uncached: Callable[[float, float], float] = numba.njit("f8(f8, f8)", inline="always")(uncached)
 
 
 def _scores(
@@ -48,6 +52,7 @@ def _scores(
     ttft_per_token: FloatArray,
     tpot: FloatArray,
     imposed_per_token: FloatArray,
+    cached_share: FloatArray,
     prompt: float,
     ttft_goal: float,
     tpot_goal: float,
@@ -60,17 +65,19 @@ def _scores(
     """Each candidate's latency score into ``out``; returns the best chance of meeting
     the objective (0 with no candidate).
 
-    TTFT = ``ttft_base + ttft_per_token * prompt``; the chance of meeting the objective,
+    TTFT = ``ttft_base + ttft_per_token * P``, P the prompt tokens the candidate's engine
+    prefills (``uncached``: ``prompt`` less its ``cached_share``); the chance of meeting
+    the objective,
     ``1 / ((1 + (TTFT / ttft_goal) ** spread) * (1 + (TPOT / tpot_goal) ** spread))`` (the
     TPOT factor only when ``later`` tokens follow the first), counts relative to the
     best one's; ``latency_weight`` of the score goes to ``budget / (budget + TTFT + TPOT *
-    later)``; the whole over ``1 + harm * imposed_per_token * prompt``.
+    later)``; the whole over ``1 + harm * imposed_per_token * P``.
     """
     n = ttft_base.shape[0]
     budget = ttft_goal + tpot_goal * later
     best = 0.0
     for i in range(n):
-        ttft = ttft_base[i] + ttft_per_token[i] * prompt
+        ttft = ttft_base[i] + ttft_per_token[i] * _uncached(prompt, cached_share[i])
         meets = 1.0 + _power(ttft / ttft_goal, spread)
         if later:
             meets *= 1.0 + _power(tpot[i] / tpot_goal, spread)
@@ -80,14 +87,16 @@ def _scores(
             best = meets
     scale = (1.0 - latency_weight) / best if best > 0.0 else 0.0
     for i in range(n):
-        ttft = ttft_base[i] + ttft_per_token[i] * prompt
+        prefill = _uncached(prompt, cached_share[i])
+        ttft = ttft_base[i] + ttft_per_token[i] * prefill
         speed = latency_weight * budget / (budget + ttft + tpot[i] * later)
-        out[i] = (scale * out[i] + speed) / (1.0 + harm * (imposed_per_token[i] * prompt))
+        out[i] = (scale * out[i] + speed) / (1.0 + harm * (imposed_per_token[i] * prefill))
     return best
 
 
 scores: Callable[
     [
+        FloatArray,
         FloatArray,
         FloatArray,
         FloatArray,

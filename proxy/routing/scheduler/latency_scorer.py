@@ -36,12 +36,13 @@ loop over them (``latency_kernel.py``; loadtests/README.md, routing decision tim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from proxy.policy import Objective
 from proxy.routing.fleet import BackendState
+from proxy.routing.latency import FloatArray
 from proxy.routing.scheduler.base import SchedulingContext
 
 
@@ -54,6 +55,7 @@ class LatencyScorer:
         latency_weight: float = 0.25,
         neighbour_weight: float = 0.25,
         saturated_below: float = 0.0,
+        prefix_cache: bool = False,
     ) -> None:
         if spread <= 0:
             raise ValueError("latency: spread must be > 0")
@@ -67,6 +69,7 @@ class LatencyScorer:
         self.latency_weight = latency_weight
         self.neighbour_weight = neighbour_weight
         self.saturated_below = saturated_below
+        self.prefix_cache = prefix_cache
         # Imported (and so compiled, ~0.2 s, with numba's ~0.1 s import) where a policy
         # uses this scorer, not wherever the plugin registry is.
         from proxy.routing.scheduler import latency_kernel
@@ -88,12 +91,14 @@ class LatencyScorer:
         # relative to the best backend's (under overload every chance is small, and the
         # best is still worth taking) plus the speed share, over 1 + the harm done to
         # the neighbours; ``rate`` backend by backend.
-        out = np.empty(len(terms.tpot))
+        n = len(terms.tpot)
+        out = np.empty(n)
         best = self._scores(
             terms.ttft_base,
             terms.ttft_per_token,
             terms.tpot,
             terms.imposed_per_token,
+            self._cached_shares(ctx, terms.places, n),
             float(prompt),
             ttft_goal,
             tpot_goal,
@@ -107,6 +112,26 @@ class LatencyScorer:
         if best < self.saturated_below:
             return self._saturated(ctx, backends, scores, best)
         return scores
+
+    def _cached_shares(
+        self, ctx: SchedulingContext, places: Mapping[str, int], n: int
+    ) -> FloatArray:
+        """Each candidate's share of the prompt its engine likely has cached (0 without
+        ``prefix_cache``, or where the prefix index knows of none), in the places of the
+        candidates' terms."""
+        shares = np.zeros(n)
+        if self.prefix_cache and ctx.prefix is not None:
+            for name, share in ctx.prefix.cached_shares(ctx.request.prefix_chunks).items():
+                i = places.get(name)
+                if i is not None:
+                    shares[i] = share
+        return shares
+
+    def _cached_share(self, ctx: SchedulingContext, backend: BackendState) -> float:
+        """One backend's share of the prompt its engine likely has cached."""
+        if not self.prefix_cache or ctx.prefix is None:
+            return 0.0
+        return ctx.prefix.cached_shares(ctx.request.prefix_chunks).get(backend.name, 0.0)
 
     def _saturated(
         self,
@@ -152,9 +177,11 @@ class LatencyScorer:
         request = ctx.request
         objective = ctx.policy.slo.objective(request.model, request.label, request.tenant)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
-        p = ctx.latency.predict(backend, request)
+        p = ctx.latency.predict(backend, request, self._cached_share(ctx, backend))
         meet, _ = self.rate(p.ttft_s, p.tpot_s, objective, tokens)
         spec = f", acceptance {p.acceptance:.2f}" if p.acceptance is not None else ""
+        if p.cached_tokens:
+            spec += f", ~{p.cached_tokens} prompt tok cached"
         # Compact: it is also the route header's reason. /admin/explain adds p.describe().
         return (
             f"predicted TTFT ~{p.ttft_s * 1000:.0f} ms, TPOT ~{p.tpot_s * 1000:.1f} ms "

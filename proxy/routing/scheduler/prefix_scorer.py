@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from proxy.routing.fleet import BackendState
-from proxy.routing.prefix import covered_share
 from proxy.routing.scheduler.base import SchedulingContext
 
 
@@ -45,14 +44,10 @@ class PrefixAffinityScorer:
     ) -> dict[str, float]:
         """The few holders of the prompt's leading chunks and their scores (every other
         backend scores 0; ``SparseScorer``)."""
-        prefix, chunks = ctx.prefix, ctx.request.prefix_chunks
-        if prefix is None or len(chunks) < self.min_chunks:
+        prefix = ctx.prefix
+        if prefix is None:
             return {}
-        total = len(chunks)
-        return {
-            name: covered_share(run, total) * prefix.confidence(name)
-            for name, run in prefix.held(chunks).items()
-        }
+        return prefix.cached_shares(ctx.request.prefix_chunks, self.min_chunks)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         held, total = self._held(ctx)

@@ -284,7 +284,11 @@ class Scheduler:
             steps_break_even=not built_in
             or not all(isinstance(s, BLIND_TO_BREAK_EVEN) for s, _ in scorers),
             reads_chunks=not built_in
-            or any(isinstance(s, PrefixAffinityScorer) for s, _ in scorers),
+            or any(
+                isinstance(s, PrefixAffinityScorer)
+                or (isinstance(s, LatencyScorer) and s.prefix_cache)
+                for s, _ in scorers
+            ),
         )
 
     def apply_policy(self, policy: Policy) -> None:
@@ -371,6 +375,14 @@ class Scheduler:
         the request path computes them before deciding (else the prefix index computes
         them after the response, off the time to first token)."""
         return self._profile.reads_chunks
+
+    def cached_share(self, request: RequestInfo, backend: BackendState) -> float:
+        """The share of the request's prompt ``backend``'s engine likely has cached, by the
+        prefix index (0 when the routing did not hash the prompt's chunks)."""
+        prefix, chunks = self.prefix, request.prefix_chunks
+        if prefix is None or not chunks:
+            return 0.0
+        return prefix.cached_shares(chunks).get(backend.name, 0.0)
 
     @property
     def rescored(self) -> int | None:

@@ -381,3 +381,25 @@ def test_a_catch_up_recomputes_the_written_rows_before_the_next_request() -> Non
     recomputed.clear()
     model.catch_up()
     assert recomputed == []  # aged: the background refresh (or the request) redoes them
+
+
+def test_a_cached_share_of_the_prompt_is_not_prefilled_again() -> None:
+    """With part of the prompt cached on its engine, a backend's TTFT and the delay its
+    prefill imposes come from the rest (at least one token, which vLLM computes again);
+    the dispatch counts only that rest in the backend's prompt-token rate, and the
+    forecast says how many tokens it took as cached."""
+    model, fleet, _ = setup()
+    plain = fleet.backends["plain-0"]
+    plain.local_inflight = 3  # three decodes its prefill would delay
+    whole = model.predict(plain, request(tokens=1000))
+    cached = model.predict(plain, request(tokens=1000), cached_share=0.75)
+    assert whole.imposed_s > 0
+    assert (whole.cached_tokens, cached.cached_tokens) == (0, 750)
+    assert cached.prompt_tokens == whole.prompt_tokens == 1000
+    assert cached.ttft_s < whole.ttft_s
+    assert cached.imposed_s == pytest.approx(whole.imposed_s / 4)
+    assert model.predict(plain, request(tokens=1000), cached_share=1.0).cached_tokens == 999
+    assert "(750 more cached)" in cached.describe()
+    forecast = model.dispatch(plain, request(tokens=1000), cached_share=0.75)
+    assert (forecast.prompt_tokens, forecast.cached_tokens) == (1000, 750)
+    assert model._online["plain-0"].prefill_sum == pytest.approx(250)

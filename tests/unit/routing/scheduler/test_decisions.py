@@ -301,6 +301,7 @@ def test_the_break_even_state_moves_only_where_a_scorer_reads_it(
     ("routing", "reads"),
     [
         ({"scorers": [{"type": "latency"}]}, False),
+        ({"scorers": [{"type": "latency", "params": {"prefix_cache": True}}]}, True),
         (None, False),  # the built-in break-even profile
         ({"scorers": [{"type": "load"}, {"type": "prefix_affinity", "weight": 0}]}, True),
         ({"scorers": [{"type": "latency"}, {"type": f"{HERE}:ConstantScorer"}]}, True),
@@ -310,8 +311,9 @@ def test_the_break_even_state_moves_only_where_a_scorer_reads_it(
 def test_prompt_chunks_are_hashed_before_deciding_only_where_routing_may_read_them(
     routing: dict[str, Any] | None, reads: bool
 ) -> None:
-    """The prefix affinity reads them (weighted or not: explanations), and a deployment's
-    own plugin may; the built-in scorers, filters and pickers do not."""
+    """The prefix affinity reads them (weighted or not: explanations), the latency scorer
+    with ``prefix_cache``, and a deployment's own plugin may; the built-in scorers, filters
+    and pickers do not."""
     sections = {"routing": routing} if routing else {}
     policy = make_policy(backend("a", "plain"), **sections)
     s = healthy_scheduler(policy)

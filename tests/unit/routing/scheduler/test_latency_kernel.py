@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from proxy.policy import Objective
+from proxy.routing.latency import uncached
 from proxy.routing.scheduler import latency_kernel
 from proxy.routing.scheduler.latency_scorer import LatencyScorer
 
@@ -30,8 +31,10 @@ def test_compiled_and_interpreted_loops_score_alike(seed: int) -> None:
     rng = np.random.default_rng(seed)
     for n in (0, 1, 7, 64):
         base, per, tpot, imposed = terms(rng, n)
+        # Most engines hold nothing of the prompt; a few hold some or nearly all of it.
+        shares = np.where(rng.random(n) < 0.3, rng.uniform(0.0, 1.0, n), 0.0)
         later = float(rng.choice([0.0, 1.0, 120.0]))
-        args = (base, per, tpot, imposed, 900.0, 0.5, 0.025, 4.0, later, 0.25, 0.04)
+        args = (base, per, tpot, imposed, shares, 900.0, 0.5, 0.025, 4.0, later, 0.25, 0.04)
         compiled, interpreted = np.full(n, np.nan), np.full(n, np.nan)
         best = latency_kernel.scores(*args, compiled)
         assert best == latency_kernel._scores(*args, interpreted)
@@ -45,23 +48,27 @@ def test_compiled_and_interpreted_loops_score_alike(seed: int) -> None:
 
 def test_each_score_is_the_scalar_rating_relative_to_the_best() -> None:
     """What ``score_all`` computes over the candidates equals ``rate`` one backend at a
-    time: the chance over the best chance, plus the speed share, over the harm."""
+    time: the chance over the best chance, plus the speed share, over the harm, each
+    backend's TTFT and harm from the prompt tokens its engine prefills (``uncached``)."""
     rng = np.random.default_rng(7)
     base, per, tpot, imposed = terms(rng, 64)
+    shares = np.where(np.arange(64) % 5 == 0, 0.8, 0.0)
     scorer = LatencyScorer()
     objective = Objective(ttft_ms=500, tpot_ms=25)
     tokens, prompt, harm = 60.0, 1200.0, 0.03
     out = np.empty(64)
     best = latency_kernel.scores(
-        base, per, tpot, imposed, prompt, 0.5, 0.025, scorer.spread, tokens - 1.0, 0.25, harm, out
+        base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm, out
     )
+    prefills = [uncached(prompt, float(share)) for share in shares]
+    assert prefills[0] == pytest.approx(240.0) and prefills[1] == prompt
     rated = [
-        scorer.rate(float(b + p * prompt), float(t), objective, tokens)
-        for b, p, t in zip(base, per, tpot, strict=True)
+        scorer.rate(float(b + p * prefill), float(t), objective, tokens)
+        for b, p, t, prefill in zip(base, per, tpot, prefills, strict=True)
     ]
     assert best == pytest.approx(max(meet for meet, _ in rated), rel=1e-12)
     expected = [
-        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prompt)
-        for (meet, speed), i in zip(rated, imposed, strict=True)
+        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prefill)
+        for (meet, speed), i, prefill in zip(rated, imposed, prefills, strict=True)
     ]
     np.testing.assert_allclose(out, expected, rtol=1e-12)

@@ -9,6 +9,7 @@ import pytest
 
 from proxy.policy import Objective, PolicyError, SloSettings, load_policy, parse_policy
 from proxy.records import RequestInfo
+from proxy.routing.prefix import PrefixIndex, prompt_chunks
 from proxy.routing.scheduler.latency_scorer import LatencyScorer
 from proxy.routing.scheduler.scheduler import Scheduler
 from tests.unit.policy_helpers import backend, healthy_scheduler, make_policy, mixed_fleet
@@ -267,3 +268,34 @@ def test_the_models_terms_are_recomputed_off_the_request_path() -> None:
     plain.schedule(request)
     plain.refresh()
     assert plain.latency._table is None
+
+
+def test_with_prefix_cache_the_engine_holding_the_prompt_wins_until_its_queue_outweighs_it() -> (
+    None
+):
+    """``prefix_cache``: the share of the prompt a backend's engine likely holds (the
+    prefix index) comes off its predicted prefill, so of two idle engines the one holding
+    a long prompt's prefix is chosen, and explained; a long prefill queue ahead of it
+    still sends the request elsewhere (the cache does not pin traffic). Without the
+    param the index is not read."""
+    routing = {"scorers": [{"type": "latency", "params": {"prefix_cache": True}}]}
+    index = PrefixIndex()
+    s = healthy_scheduler(two_plain(routing=routing))
+    s.prefix = index
+    assert s.reads_prompt_chunks
+    body = {"messages": [{"role": "user", "content": "The warranty covers parts. " * 400}]}
+    chunks = prompt_chunks(body)
+    index.record(chunks, "plain-1")
+    request = RequestInfo("m", "rag", prompt_bytes=11_000, max_tokens=50, prefix_chunks=chunks)
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name == "plain-1"
+    assert "prompt tok cached" in s.reason(decision).text
+    assert s.cached_share(request, s.fleet.backends["plain-1"]) == pytest.approx(1.0)
+    s.fleet.backends["plain-1"].prefill_pending = 60_000
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
+    off = healthy_scheduler(two_plain(routing={"scorers": [{"type": "latency"}]}))
+    off.prefix = index
+    assert not off.reads_prompt_chunks
+    totals = {c.backend.name: c.total for c in off.schedule(request).ordered}
+    assert totals["plain-0"] == totals["plain-1"]  # the index left unread
