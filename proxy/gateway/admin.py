@@ -282,7 +282,7 @@ def admin_router() -> APIRouter:
         for row in explained["candidates"]:
             backend = runtime.fleet.backends[row["backend"]]
             p = runtime.latency.predict(
-                backend, info, runtime.scheduler.cached_share(info, backend)
+                backend, info, runtime.scheduler.cached_share(decision, backend)
             )
             row["predicted"] = {
                 "ttft_ms": round(p.ttft_s * 1000, 3),

@@ -453,9 +453,8 @@ class Gateway:
     ) -> _Attempt:
         """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
         # Predicted before the request counts on the backend (as the scheduler saw it).
-        request = decision.request
-        share = self.scheduler.cached_share(request, backend)
-        forecast = self.runtime.latency.dispatch(backend, request, share)
+        share = self.scheduler.cached_share(decision, backend)
+        forecast = self.runtime.latency.dispatch(backend, decision.request, share)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
         # (the load scorer and the latency model count it): the body size over a

@@ -237,9 +237,9 @@ class _Table:
     the one formula) when its backend was written: the fleet's change log (load, scraped
     acceptance), the acceptance tracker's (measured rates) and the model's own (a
     dispatch's prompt, a learned correction); every row when they age (``load``).
-    Arrays because with 64 backends the scorer's arithmetic over them costs a third of
-    the same in Python loops (loadtests/README.md, routing decision time). A candidate
-    list reads its rows through an index kept with it (``positions``).
+    Arrays because the scorer's compiled loop reads them whole (``scheduler/
+    latency_kernel.py``; loadtests/README.md, routing decision time). A candidate list
+    reads its rows through an index kept with it (``positions``).
     """
 
     def __init__(self, model: LatencyModel, fleet: Fleet, now: float) -> None:

@@ -205,14 +205,12 @@ class PrefixIndex:
                 break
         return run
 
-    def cached_shares(self, chunks: Sequence[int], min_chunks: int = 2) -> dict[str, float]:
+    def cached_shares(self, chunks: Sequence[int]) -> dict[str, float]:
         """Per backend holding the prompt's leading chunks, the share of the prompt its
         engine likely has cached: the share those chunks cover times the backend's
-        measured precision (none for a prompt of fewer than ``min_chunks`` chunks: its
-        prefill costs too little to steer by). What the ``prefix_affinity`` scorer scores
-        and the latency scorer takes off the prefill."""
-        if len(chunks) < min_chunks:
-            return {}
+        measured precision. What the ``prefix_affinity`` scorer scores and the latency
+        scorer takes off the prefill (through ``SchedulingContext.cached_shares``, once
+        per request)."""
         total = len(chunks)
         return {
             name: covered_share(run, total) * self.confidence(name)

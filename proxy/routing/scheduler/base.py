@@ -68,6 +68,22 @@ class SchedulingContext:
     forced: str | None = None
     # Which backends recently served which prompt prefixes (the ``prefix_affinity`` scorer).
     prefix: PrefixIndex | None = None
+    # ``cached_shares`` for the request, looked up once however many readers ask.
+    _shares: dict[str, float] | None = field(default=None, init=False, repr=False)
+
+    def cached_shares(self, min_chunks: int = 2) -> dict[str, float]:
+        """Per backend, the share of the request's prompt its engine likely has cached
+        (``PrefixIndex.cached_shares``; none without an index, or for a prompt of fewer
+        than ``min_chunks`` chunks: its prefill costs too little to steer by). Looked up
+        in the index once per request: the affinity and latency scorers, the route's
+        explanation and the dispatch's accounting all read it."""
+        chunks = self.request.prefix_chunks
+        if self.prefix is None or len(chunks) < min_chunks:
+            return {}
+        shares = self._shares
+        if shares is None:
+            shares = self._shares = self.prefix.cached_shares(chunks)
+        return shares
 
 
 # A candidate's per-plugin scores when none were kept (the request path keeps none).

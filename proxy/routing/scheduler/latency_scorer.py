@@ -120,18 +120,12 @@ class LatencyScorer:
         ``prefix_cache``, or where the prefix index knows of none), in the places of the
         candidates' terms."""
         shares = np.zeros(n)
-        if self.prefix_cache and ctx.prefix is not None:
-            for name, share in ctx.prefix.cached_shares(ctx.request.prefix_chunks).items():
+        if self.prefix_cache:
+            for name, share in ctx.cached_shares().items():
                 i = places.get(name)
                 if i is not None:
                     shares[i] = share
         return shares
-
-    def _cached_share(self, ctx: SchedulingContext, backend: BackendState) -> float:
-        """One backend's share of the prompt its engine likely has cached."""
-        if not self.prefix_cache or ctx.prefix is None:
-            return 0.0
-        return ctx.prefix.cached_shares(ctx.request.prefix_chunks).get(backend.name, 0.0)
 
     def _saturated(
         self,
@@ -177,7 +171,8 @@ class LatencyScorer:
         request = ctx.request
         objective = ctx.policy.slo.objective(request.model, request.label, request.tenant)
         tokens = ctx.latency.output_tokens(request.label, request.max_tokens)
-        p = ctx.latency.predict(backend, request, self._cached_share(ctx, backend))
+        share = ctx.cached_shares().get(backend.name, 0.0) if self.prefix_cache else 0.0
+        p = ctx.latency.predict(backend, request, share)
         meet, _ = self.rate(p.ttft_s, p.tpot_s, objective, tokens)
         spec = f", acceptance {p.acceptance:.2f}" if p.acceptance is not None else ""
         if p.cached_tokens:

@@ -44,10 +44,7 @@ class PrefixAffinityScorer:
     ) -> dict[str, float]:
         """The few holders of the prompt's leading chunks and their scores (every other
         backend scores 0; ``SparseScorer``)."""
-        prefix = ctx.prefix
-        if prefix is None:
-            return {}
-        return prefix.cached_shares(ctx.request.prefix_chunks, self.min_chunks)
+        return ctx.cached_shares(self.min_chunks)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:
         held, total = self._held(ctx)

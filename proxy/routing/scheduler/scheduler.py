@@ -376,13 +376,12 @@ class Scheduler:
         them after the response, off the time to first token)."""
         return self._profile.reads_chunks
 
-    def cached_share(self, request: RequestInfo, backend: BackendState) -> float:
-        """The share of the request's prompt ``backend``'s engine likely has cached, by the
-        prefix index (0 when the routing did not hash the prompt's chunks)."""
-        prefix, chunks = self.prefix, request.prefix_chunks
-        if prefix is None or not chunks:
-            return 0.0
-        return prefix.cached_shares(chunks).get(backend.name, 0.0)
+    def cached_share(self, decision: Decision, backend: BackendState) -> float:
+        """The share of the decided request's prompt ``backend``'s engine likely has
+        cached, by the prefix index (0 when the routing did not hash the prompt's chunks),
+        as the decision's scorers read it."""
+        ctx = decision.context or self._context(decision.request)
+        return ctx.cached_shares().get(backend.name, 0.0)
 
     @property
     def rescored(self) -> int | None:

@@ -290,7 +290,7 @@ def test_with_prefix_cache_the_engine_holding_the_prompt_wins_until_its_queue_ou
     decision = s.schedule(request)
     assert decision.chosen is not None and decision.chosen.backend.name == "plain-1"
     assert "prompt tok cached" in s.reason(decision).text
-    assert s.cached_share(request, s.fleet.backends["plain-1"]) == pytest.approx(1.0)
+    assert s.cached_share(decision, s.fleet.backends["plain-1"]) == pytest.approx(1.0)
     s.fleet.backends["plain-1"].prefill_pending = 60_000
     decision = s.schedule(request)
     assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
