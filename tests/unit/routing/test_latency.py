@@ -43,7 +43,7 @@ def test_idle_plain_engine_matches_the_calibration() -> None:
     model, fleet, _ = setup()
     p = model.predict(fleet.backends["plain-0"], request(tokens=1000))
     assert p.prompt_tokens == 1000
-    ttft_ms = (1000 / CHUNK + 0.5) * T_1_1 + PREFILL_MS_PER_TOKEN * 1000
+    ttft_ms = (1000 / CHUNK + 1) * T_1_1 + PREFILL_MS_PER_TOKEN * 1000
     assert p.ttft_s * 1000 == pytest.approx(ttft_ms, rel=1e-6)
     assert p.tpot_s * 1000 == pytest.approx(T_1_1, rel=1e-6)
 
