@@ -183,7 +183,11 @@ def marking_app(app: Any, clock: Clock) -> Any:
     return asgi
 
 
-def bodies(count: int, seed: int, same: bool) -> list[bytes]:
+def bodies(count: int, seed: int, same: bool, overhead: bool = False) -> list[bytes]:
+    if overhead:  # the overhead benchmark's own body: one short prompt, 64 chunks
+        from loadtests.overhead import request_body
+
+        return [request_body(64)] * count
     rng = random.Random(seed)
     kinds = list(PRODUCTION_MAKERS)
     out = []
@@ -250,8 +254,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, int]]:
                     break
                 await asyncio.sleep(0.05)
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            warm = bodies(args.warmup, args.seed + 1, args.same_prompt)
-            measured = bodies(args.requests, args.seed, args.same_prompt)
+            warm = bodies(args.warmup, args.seed + 1, args.same_prompt, args.overhead_prompt)
+            measured = bodies(args.requests, args.seed, args.same_prompt, args.overhead_prompt)
             await drive(url, warm, None)
             with instrumented(clock):
                 await drive(url, measured, clock)
@@ -318,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--same-prompt", action="store_true", help="send one prompt again and again (warm)"
     )
+    parser.add_argument(
+        "--overhead-prompt",
+        action="store_true",
+        help="send the overhead benchmark's body (one short prompt, 64 chunks)",
+    )
     args = parser.parse_args(argv)
     loop = new_event_loop()
     try:
@@ -328,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"gateway tree: {Path(proxy.__file__).parents[1]}; prompts: "
-        f"{'one, repeated' if args.same_prompt else 'all different'}"
+        f"{'the overhead benchmark' + chr(39) + 's' if args.overhead_prompt else 'one, repeated' if args.same_prompt else 'all different'}"
     )
     print(report(rows))
     return 0
