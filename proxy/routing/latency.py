@@ -9,13 +9,13 @@ For a request of P prompt tokens sent to a backend with B requests in flight, Q 
 tokens sent and not yet answered (``BackendState.prefill_pending``), speculation method m
 with k drafts, and draft acceptance rate a for the request's class:
 
-- TTFT = ((Q + P) / budget + 1) * T_m(B) + c * (Q + P): vLLM prefills first come,
+- TTFT = ((Q + P) / budget + w) * T_m(B) + c * (Q + P): vLLM prefills first come,
   first served, in chunks of the step's token budget left by the decodes
   (``budget = max_num_batched_tokens - B (k + 1)``), each chunk riding on a decode step
   of the running batch (T_m: verification plus k draft steps) and adding c per prompt
-  token. The 1 is two halves: the step under way on arrival, and the chunk count's
-  rounding up (a prompt shorter than the budget still waits a whole step, and a longer
-  one's last chunk half a step on average).
+  token. On a busy engine w = 3/2: half the step under way on arrival, then the whole
+  step the prompt's last chunk rides on (a prompt under the budget still takes one whole
+  step, not the fraction P / budget); on an idle one w = 1, nothing being under way.
 - TPOT = T_m(B + 1) / (1 - u) / (1 + a k): one step of the batch it joins, stretched by
   the share of engine time u = c * R spent prefilling other prompts (R: the backend's
   recent prompt-token rate; chunked prefill puts those chunks into the same steps as its
@@ -566,9 +566,11 @@ class LatencyModel:
         budget = max(chunk - batch * (k + 1), chunk >> 3)
         per_token = costs.prefill_s_per_token
         now_step = state.step_s(batch)
-        # Prefill of (queued + P) tokens in chunks of ``budget``, each riding on a step.
+        # Prefill of (queued + P) tokens in chunks of ``budget``, each riding on a step,
+        # after the step under way (module docstring: w).
         ttft_per_token = now_step / budget + per_token
-        ttft_base = (queued / budget + 1.0) * now_step + per_token * queued
+        wait = 1.5 if batch > 0 else 1.0
+        ttft_base = (queued / budget + wait) * now_step + per_token * queued
         # Decayed prompt tokens over the time constant: the recent prompt-token rate.
         share = 0.0
         if state.prefill_sum:

@@ -11,12 +11,17 @@ from proxy.records import Outcome, RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
+from proxy.sim.batch import Batch
+from proxy.sim.profile import SpecMethod, StepCostModel, default_profile
+from proxy.sim.sequence import Sequence
+from proxy.sim.tokens import TokenStream, Vocabulary
 from tests.unit.policy_helpers import mixed_fleet
 
 # From ../shared/calibration (H200, Llama-3.1-8B shape, ms): verify_cost.csv and
 # draft_cost.csv, as in the bundled default profile.
 T_1_1, T_64_1, T_1_4, DRAFT_FULL_1 = 5.3244, 7.8327, 5.7044, 0.4796
 PREFILL_MS_PER_TOKEN, CHUNK = 0.027, 8192
+VOCAB = Vocabulary()
 
 
 class Clock:
@@ -60,6 +65,46 @@ def test_a_busy_plain_engine_decodes_at_the_calibrated_batch_step() -> None:
     assert p.ttft_s * 1000 > queued_ms + 5.0
     idle = model.predict(fleet.backends["ngram-0"], request(tokens=1000))
     assert p.ttft_s > 3 * idle.ttft_s
+
+
+def _sequence(prompt_tokens: int) -> Sequence:
+    return Sequence(
+        "r", prompt_tokens, 100, "length", TokenStream(VOCAB, 1), 0.5, "chat", None, 0.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend", "method", "k"), [("plain-0", "none", 0), ("eagle-0", "eagle3", 3)]
+)
+@pytest.mark.parametrize("inflight", [1, 4, 32])
+@pytest.mark.parametrize("tokens", [300, 2000])
+def test_ttft_on_a_busy_engine_agrees_with_the_simulators_step_plan(
+    backend: str, method: SpecMethod, k: int, inflight: int, tokens: int
+) -> None:
+    """The simulator's engine (vLLM's scheduling) admits a prompt at the next step: it
+    waits out the step under way (half of one, arriving at a random moment), then its
+    prefill rides on the next step with the batch's decodes. The model's uncorrected TTFT
+    for that request must be that, give or take the P / budget share of a step it counts."""
+    profile = default_profile()
+    batch = Batch(profile, StepCostModel(profile), 256, method, k)
+    batch.waiting.extend(_sequence(10) for _ in range(inflight))
+    batch.admit(0.0)
+    for seq in batch.running:
+        seq.prefill_left = 0  # decoding already
+    under_way = batch.plan(0.0)
+    assert under_way is not None and not under_way.prefill
+    batch.waiting.append(_sequence(tokens))
+    batch.admit(0.0)
+    with_prompt = batch.plan(0.0)
+    assert with_prompt is not None and with_prompt.prefill[0][1] == tokens
+    simulated = 0.5 * under_way.seconds + with_prompt.seconds
+
+    model, fleet, _ = setup()
+    state = fleet.backends[backend]
+    state.local_inflight = inflight
+    predicted = model.predict(state, request(tokens=tokens)).model_ttft_s
+    share = tokens / CHUNK * under_way.seconds
+    assert simulated * 0.99 <= predicted <= simulated * 1.01 + share
 
 
 def test_speculation_divides_the_verification_step_by_the_tokens_it_yields() -> None:
