@@ -89,13 +89,14 @@ BODIES = [
 ]
 
 
-# ``--routing``: the schema's built-in (break-even) profile, the latency scorer alone (the
-# shipped routing), the latency scorer reading the prefix index (``prefix_cache``), or the
+# ``--routing``: the schema's built-in (break-even) profile, the latency scorer alone with
+# the shipped params (policies/default.yaml; the others are the scorer's built-in ones),
+# the latency scorer reading the prefix index (``prefix_cache``), or the
 # built-in scorers plus ``prefix_affinity``; the last two over a full prefix index (the
 # request's chunk hashing, on the request path, timed with the decision).
 ROUTINGS: dict[str, dict[str, Any] | None] = {
     "default": None,
-    "latency": {"scorers": [{"type": "latency"}]},
+    "latency": {"scorers": [{"type": "latency", "params": {"saturated_below": 0.5}}]},
     "latency-prefix": {"scorers": [{"type": "latency", "params": {"prefix_cache": True}}]},
     "affinity": {
         "scorers": [

@@ -107,7 +107,12 @@ async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -
                 {
                     "type": "latency",
                     "weight": 1,
-                    "params": {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25},
+                    "params": {
+                        "spread": 4,
+                        "latency_weight": 0.25,
+                        "neighbour_weight": 0.25,
+                        "saturated_below": 0.5,
+                    },
                 }
             ],
             "picker": {"type": "max_score"},

@@ -25,9 +25,9 @@ queued there: weighed at 1 it outweighed the prefill queue under overload and cr
 long prompts onto the backends with the fewest requests, as least-loaded does; 0.25 by
 default (loadtests/README.md, issue 15). Break-even and acceptance are inputs of the
 model too: speculation wins exactly where the measured acceptance makes its step
-cheaper per token at the batch it would join. Optionally (``saturated_below`` > 0) the
-score moves towards the fewest prompt tokens queued for prefill once even the best
-chance falls under that value.
+cheaper per token at the batch it would join. Optionally (``saturated_below`` > 0; 0.5
+in policies/default.yaml) the score moves towards the fewest prompt tokens queued for
+prefill once even the best chance falls under that value.
 
 The model keeps each backend's request-independent terms current between requests, as
 arrays over the candidates (proxy/routing/latency.py), and a decision runs one compiled

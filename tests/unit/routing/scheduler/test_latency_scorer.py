@@ -228,7 +228,10 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
     path = Path(__file__).resolve().parents[4] / "policies" / "default.yaml"
     policy = load_policy(path)
     assert [(p.type, p.params) for p in policy.routing.scorers] == [
-        ("latency", {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25})
+        (
+            "latency",
+            {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25, "saturated_below": 0.5},
+        )
     ]
     s = healthy_scheduler(policy)
     request = RequestInfo("llama-3.1-8b", "chat", prompt_bytes=4000, max_tokens=200)
