@@ -48,7 +48,9 @@ from typing import Any
 
 import orjson
 
+from loadtests.routing_policies import SHIPPED_POLICY
 from proxy.policy import Policy
+from proxy.policy.schema import load_policy
 from proxy.records import RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
@@ -89,14 +91,14 @@ BODIES = [
 ]
 
 
-# ``--routing``: the schema's built-in (break-even) profile, the latency scorer alone with
-# the shipped params (policies/default.yaml; the others are the scorer's built-in ones),
-# the latency scorer reading the prefix index (``prefix_cache``), or the
+# ``--routing``: the schema's built-in (break-even) profile, the shipped scorers (the
+# latency scorer alone, as policies/default.yaml states it), the latency scorer reading
+# the prefix index (``prefix_cache``), or the
 # built-in scorers plus ``prefix_affinity``; the last two over a full prefix index (the
 # request's chunk hashing, on the request path, timed with the decision).
 ROUTINGS: dict[str, dict[str, Any] | None] = {
     "default": None,
-    "latency": {"scorers": [{"type": "latency", "params": {"saturated_below": 0.5}}]},
+    "latency": {"scorers": [s.model_dump() for s in load_policy(SHIPPED_POLICY).routing.scorers]},
     "latency-prefix": {"scorers": [{"type": "latency", "params": {"prefix_cache": True}}]},
     "affinity": {
         "scorers": [
