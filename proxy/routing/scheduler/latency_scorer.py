@@ -70,6 +70,7 @@ class LatencyScorer:
         self.neighbour_weight = neighbour_weight
         self.saturated_below = saturated_below
         self.prefix_cache = prefix_cache
+        self._no_shares: FloatArray = np.zeros(0)
         # Imported (and so compiled, ~0.2 s, with numba's ~0.1 s import) where a policy
         # uses this scorer, not wherever the plugin registry is.
         from proxy.routing.scheduler import latency_kernel
@@ -119,12 +120,16 @@ class LatencyScorer:
         """Each candidate's share of the prompt its engine likely has cached (0 without
         ``prefix_cache``, or where the prefix index knows of none), in the places of the
         candidates' terms."""
+        if not self.prefix_cache:
+            # The compiled loop only reads it: one array of zeros serves every decision.
+            if len(self._no_shares) != n:
+                self._no_shares = np.zeros(n)
+            return self._no_shares
         shares = np.zeros(n)
-        if self.prefix_cache:
-            for name, share in ctx.cached_shares().items():
-                i = places.get(name)
-                if i is not None:
-                    shares[i] = share
+        for name, share in ctx.cached_shares().items():
+            i = places.get(name)
+            if i is not None:
+                shares[i] = share
         return shares
 
     def _saturated(
