@@ -335,10 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         loop.close()
     import proxy
 
-    print(
-        f"gateway tree: {Path(proxy.__file__).parents[1]}; prompts: "
-        f"{'the overhead benchmark' + chr(39) + 's' if args.overhead_prompt else 'one, repeated' if args.same_prompt else 'all different'}"
-    )
+    if args.overhead_prompt:
+        prompts = "the overhead benchmark's"
+    else:
+        prompts = "one, repeated" if args.same_prompt else "all different"
+    print(f"gateway tree: {Path(proxy.__file__).parents[1]}; prompts: {prompts}")
     print(report(rows))
     return 0
 
