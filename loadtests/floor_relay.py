@@ -1,4 +1,4 @@
-"""Floor relays: how little a Python relay on uvloop can add, in three steps of work.
+"""Floor relays: how little a Python relay on uvloop can add, in five steps of work.
 
 - ``raw``: bytes only. Each client connection gets one upstream connection, opened with it
   and kept as long as it; whatever the client sends is written upstream as it arrives, and
@@ -9,13 +9,22 @@
   over the connection's kept upstream connection; httptools parses the response and its
   body is written back re-framed as chunked encoding, one client ``write`` per upstream
   read. This is what a lean server protocol for the streaming endpoints would do.
+- ``h1-client``: the client side as ``h1``, no ASGI, but each request relayed by a task
+  through the gateway's own upstream client (``proxy.gateway.upstream_h1``: pooled
+  connections, a future per response head and per read), its chunks written straight into
+  the client's transport.
+- ``h1-asgi``: the same bare ASGI app as ``asgi`` below, called by a minimal server
+  protocol instead of uvicorn's (a scope of method, path and headers, one ``receive``, a
+  ``send`` that frames into the transport): what ASGI itself costs, apart from uvicorn.
 - ``asgi``: uvicorn configured as ``specroute serve`` runs it (uvloop, httptools, the
   gateway's header-limit protocol) around a bare ASGI app that relays through the gateway's
-  own upstream client (``proxy.gateway.upstream_h1``): the gateway's server and client
-  without any of its request-path work.
+  own upstream client: the gateway's server and client without any of its request-path
+  work.
 
-``raw`` -> ``h1`` is what parsing costs, ``h1`` -> ``asgi`` what uvicorn and ASGI cost (and
-the pooled upstream client), ``asgi`` -> the gateway what the gateway's own work costs.
+``raw`` -> ``h1`` is what parsing costs, ``h1`` -> ``h1-client`` what the pooled upstream
+client costs, ``h1-client`` -> ``h1-asgi`` what the ASGI calls cost, ``h1-asgi`` ->
+``asgi`` what uvicorn's server protocol costs, ``asgi`` -> the gateway what the gateway's
+own work costs.
 
     python -m loadtests.floor_relay --mode raw --port 8102 --upstream http://127.0.0.1:8100
 """
@@ -101,21 +110,15 @@ class _Front(asyncio.Protocol):
             self.upstream.close()
 
 
-class _ParsingFront(_Front):
-    """``h1``: the request parsed to its end and sent again; the response re-framed."""
+class _RequestReader:
+    """The client's request parsed by httptools to its end: its URL and body kept, then
+    ``on_message_complete`` (the relays' own). A parse error closes the connection."""
 
-    def __init__(self, host: str, port: int) -> None:
-        super().__init__(host, port)
-        self._request = httptools.HttpRequestParser(self)
-        # httptools calls the same callback names for both messages: the response's go to
-        # an adapter, so the two stay apart.
-        self._response = httptools.HttpResponseParser(_ResponseCallbacks(self))
-        self._host = f"host: {host}:{port}\r\n".encode("latin-1")
-        self._url = b""
-        self._body: list[bytes] = []
-        self._content_type = b"application/json"
+    transport: asyncio.Transport | None
+    _request: httptools.HttpRequestParser
+    _url: bytes
+    _body: list[bytes]
 
-    # -- the client's request -----------------------------------------------------------
     def data_received(self, data: bytes) -> None:
         try:
             self._request.feed_data(data)
@@ -133,6 +136,22 @@ class _ParsingFront(_Front):
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
 
+
+class _ParsingFront(_RequestReader, _Front):
+    """``h1``: the request parsed to its end and sent again; the response re-framed."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(host, port)
+        self._request = httptools.HttpRequestParser(self)
+        # httptools calls the same callback names for both messages: the response's go to
+        # an adapter, so the two stay apart.
+        self._response = httptools.HttpResponseParser(_ResponseCallbacks(self))
+        self._host = f"host: {host}:{port}\r\n".encode("latin-1")
+        self._url = b""
+        self._body: list[bytes] = []
+        self._content_type = b"application/json"
+
+    # -- the client's request (parsed by _RequestReader) ----------------------------------
     def on_message_complete(self) -> None:
         body = b"".join(self._body)
         method = self._request.get_method()
@@ -178,6 +197,97 @@ class _ResponseCallbacks:
         self.on_headers_complete = front.on_response_head
         self.on_body = front.on_body_response
         self.on_message_complete = front.on_message_complete_response
+
+
+class _ClientFront(_RequestReader, asyncio.Protocol):
+    """``h1-client``: the request parsed as ``h1`` does, no ASGI, but relayed through the
+    gateway's own upstream client (a task per request awaiting its chunks), so that
+    ``h1`` -> ``h1-client`` is the pooled client's cost and ``h1-client`` -> ``asgi``
+    uvicorn's and ASGI's."""
+
+    def __init__(self, upstream_url: str, client: Any) -> None:
+        self._upstream = upstream_url
+        self._client = client
+        self._request = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self._url = b""
+        self._body: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self._body)
+        method = self._request.get_method()
+        asyncio.get_running_loop().create_task(self._relay(method, self._url.decode(), body))
+
+    async def _relay(self, method: bytes, path: str, body: bytes) -> None:
+        transport = self.transport
+        assert transport is not None
+        if method == b"GET":  # the benchmark's health check
+            transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            return
+        headers = {"content-type": "application/json"}
+        response = await self._client.post(self._upstream + path, body, headers)
+        transport.write(
+            b"HTTP/1.1 %d OK\r\ncontent-type: %s\r\ntransfer-encoding: chunked\r\n\r\n"
+            % (response.status, response.content_type.encode("latin-1"))
+        )
+        while chunk := await response.next_chunk():
+            transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        transport.write(b"0\r\n\r\n")
+        await response.release()
+
+
+class _LeanAsgiFront(_ClientFront):
+    """``h1-asgi``: the same bare ASGI app as ``asgi``, called by a minimal server protocol
+    instead of uvicorn's: a scope of method, path and headers, one receive, a send that
+    frames straight into the transport."""
+
+    def __init__(self, upstream_url: str, client: Any, app: Any) -> None:
+        super().__init__(upstream_url, client)
+        self._app = app
+        self._headers: list[tuple[bytes, bytes]] = []
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._headers = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self._body)
+        scope = {
+            "type": "http",
+            "method": self._request.get_method().decode("ascii"),
+            "path": self._url.decode("latin-1"),
+            "headers": self._headers,
+        }
+        asyncio.get_running_loop().create_task(self._run(scope, body))
+
+    async def _run(self, scope: Scope, body: bytes) -> None:
+        transport = self.transport
+        assert transport is not None
+
+        async def receive() -> MutableMapping[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                head = [b"HTTP/1.1 %d OK\r\n" % message["status"]]
+                for name, value in message["headers"]:
+                    head.append(b"%s: %s\r\n" % (name, value))
+                head.append(b"transfer-encoding: chunked\r\n\r\n")
+                transport.write(b"".join(head))
+                return
+            chunk = message.get("body", b"")
+            if chunk:
+                transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            if not message.get("more_body", False):
+                transport.write(b"0\r\n\r\n")
+
+        await self._app(scope, receive, send)
 
 
 def asgi_relay(upstream_url: str) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
@@ -244,19 +354,51 @@ def serve_asgi(host: str, port: int, upstream: str) -> None:
     uvicorn.Server(config).run()
 
 
+async def _start_app(app: Any) -> None:
+    """Runs the app's lifespan startup (its client's start) and leaves it waiting."""
+    started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    messages = [{"type": "lifespan.startup"}]
+
+    async def receive() -> MutableMapping[str, Any]:
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()
+        return {}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        started.set_result(None)
+
+    asyncio.get_running_loop().create_task(app({"type": "lifespan"}, receive, send))
+    await started
+
+
 async def serve_protocol(host: str, port: int, upstream: str, mode: str) -> None:
     parts = urlsplit(upstream)
     target = parts.hostname or "127.0.0.1", parts.port or 80
-    make = _ParsingFront if mode == "h1" else _Front
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(functools.partial(make, *target), host, port)
+    if mode == "h1-client":
+        from proxy.gateway.upstream_h1 import H1Upstream
+        from proxy.settings import Settings
+
+        client = H1Upstream(Settings())
+        await client.start()
+        factory: Callable[[], asyncio.Protocol] = functools.partial(_ClientFront, upstream, client)
+    elif mode == "h1-asgi":
+        app = asgi_relay(upstream)
+        factory = functools.partial(_LeanAsgiFront, upstream, None, app)
+        await _start_app(app)
+    else:
+        factory = functools.partial(_ParsingFront if mode == "h1" else _Front, *target)
+    server = await loop.create_server(factory, host, port)
     async with server:
         await server.serve_forever()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=["raw", "h1", "asgi"], required=True)
+    parser.add_argument(
+        "--mode", choices=["raw", "h1", "h1-client", "h1-asgi", "asgi"], required=True
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="base URL, e.g. http://127.0.0.1:8100")

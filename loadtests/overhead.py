@@ -45,8 +45,8 @@ PROMPT = (
 
 # The gateway's own default upstream client: its target is plain "gateway".
 DEFAULT_UPSTREAM = "h1"
-# The floor relays, least work first: bytes only; HTTP parsed, no ASGI; uvicorn and ASGI.
-FLOOR_MODES = ("raw", "h1", "asgi")
+# The floor relays, least work first (loadtests/floor_relay.py).
+FLOOR_MODES = ("raw", "h1", "h1-client", "h1-asgi", "asgi")
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +299,9 @@ def parse_args(argv: list[str] | None) -> tuple[Plan, argparse.Namespace]:
         "--floor",
         action="store_true",
         help="add the floor relays: floor-raw (bytes only), floor-h1 (HTTP parsed, no ASGI), "
-        "floor-asgi (uvicorn as the gateway runs it, no gateway work)",
+        "floor-h1-client (the same through the gateway's upstream client), floor-h1-asgi "
+        "(an ASGI app on a minimal server), floor-asgi (uvicorn as the gateway runs it, "
+        "no gateway work)",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", help="override the levels")
     parser.add_argument("--delays-ms", type=float, nargs="+", help="override the delays")
