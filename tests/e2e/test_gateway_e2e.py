@@ -233,8 +233,15 @@ def test_acceptance_seen_by_the_gateway_matches_the_backends(
                 assert rate > 0.9 and counter_rate > 0.9
             elif name == "draft-bad":
                 assert rate < 0.1 and counter_rate < 0.1
+            # The window is the rate between the last two scrapes that saw drafts: a piece
+            # of the last request. The draft models accept (nearly) all or nothing in any
+            # piece; prompt lookup's rate in one piece can be anything (0.0 seen once
+            # against 0.51 over the four requests), so only its range is checked.
             window = gw.call(lambda n=name: gw.runtime.fleet.backends[n].window_acceptance)
-            assert window is None or abs(window - counter_rate) < 0.5
+            if window is not None:
+                assert 0.0 <= window <= 1.0
+                if name != "ngram":
+                    assert abs(window - counter_rate) < 0.5
 
 
 def test_shadow_plain_vs_ngram_match(vllm_servers: dict[str, VllmServer], tmp_path: Path) -> None:
