@@ -131,7 +131,7 @@ class LoadGenerator:
         ) as session:
             zero = time.perf_counter()
 
-            async def one(prompt: Prompt, phase: int) -> None:
+            async def one(prompt: Prompt, phase: int) -> RequestRecord:
                 rec = RequestRecord(prompt.index, prompt.label, phase, 0.0, prompt.max_tokens)
                 records.append(rec)
                 state.inflight += 1
@@ -141,6 +141,7 @@ class LoadGenerator:
                     )
                 finally:
                     state.inflight -= 1
+                return rec
 
             tasks = [asyncio.create_task(self._closed_loop(phases, windows, factory, one, state))]
             tasks.append(asyncio.create_task(self._open_loop(schedule, one, state, result, zero)))
@@ -169,7 +170,7 @@ class LoadGenerator:
         phases: Sequence[Phase],
         windows: Sequence[tuple[float, float]],
         factory: PromptFactory,
-        one: Callable[[Prompt, int], Coroutine[Any, Any, None]],
+        one: Callable[[Prompt, int], Coroutine[Any, Any, RequestRecord]],
         state: _State,
     ) -> None:
         clients: list[asyncio.Task[None]] = []
@@ -195,7 +196,7 @@ class LoadGenerator:
         w: int,
         delay: float,
         factory: PromptFactory,
-        one: Callable[[Prompt, int], Coroutine[Any, Any, None]],
+        one: Callable[[Prompt, int], Coroutine[Any, Any, RequestRecord]],
         state: _State,
     ) -> None:
         await asyncio.sleep(delay)
@@ -204,13 +205,18 @@ class LoadGenerator:
             if w >= state.target:
                 await state.changed()
                 continue
-            await one(factory.make(w * _CLIENT_STRIDE + sent), state.phase)
+            rec = await one(factory.make(w * _CLIENT_STRIDE + sent), state.phase)
             sent += 1
+            if rec.retry_after:
+                # As the OpenAI SDKs do: a refused request's client waits what the server
+                # asked before its next one (else a refusal would free its slot at once
+                # and the client would send again in a busy loop).
+                await asyncio.sleep(rec.retry_after)
 
     async def _open_loop(
         self,
         schedule: Sequence[Arrival],
-        one: Callable[[Prompt, int], Coroutine[Any, Any, None]],
+        one: Callable[[Prompt, int], Coroutine[Any, Any, RequestRecord]],
         state: _State,
         result: RunResult,
         zero: float,

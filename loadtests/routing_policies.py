@@ -20,10 +20,11 @@ plugins and, for all-speculative / all-plain, in which backends they may use:
   with their shipped weights and params) with fixed per-pool break-even points;
 - ``specroute-learned``: the same, the break-even points learned online from measured TPOT
   (the default until issue 15; ``policies/example-break-even.yaml``);
-- ``specroute-default``: what ships: the ``routing``, ``pools`` and ``acceptance``
-  sections of ``policies/default.yaml`` read as they are, over the benchmark's backends
-  (its ``slo`` and ``latency`` sections are the benchmark's facts, below); today the
-  latency scorer, as ``specroute-latency``, behind the shipped filters;
+- ``specroute-default``: what ships: the ``routing``, ``pools``, ``acceptance`` and
+  ``overload`` sections of ``policies/default.yaml`` read as they are, over the
+  benchmark's backends (its ``slo`` and ``latency`` sections are the benchmark's facts,
+  below); today the latency scorer behind the shipped filters, refusing in overload the
+  requests predicted past their objective;
 - ``specroute-latency``: the ``latency`` scorer alone at its built-in params (predicted
   TTFT/TPOT against the SLO, proxy/routing/scheduler/latency_scorer.py) behind the default
   filters;
@@ -55,6 +56,15 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   plus the ``prefix_affinity`` scorer at weight 2 (a follow-up or a second question on a
   document goes where its prefix is likely cached, while the others rate backends alike).
 
+- ``specroute-no-shed``: what ships without refusing requests in overload
+  (``overload.shed_above`` 0: every request goes to an engine however late);
+- ``specroute-shed-2x``: what ships refusing only requests predicted past twice their
+  objective (``shed_above`` 2; 1 ships);
+- ``specroute-cap24``: what ships without shedding, every backend's ``max_concurrency``
+  fixed at 24 instead (past it the capacity filter leaves no backend: a 503): the fixed
+  cap a deployment would have to find for its own engines, to set beside the shedding
+  the latency model decides.
+
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
 shipped in ``policies/default.yaml`` (n-gram 48, EAGLE-3 64 requests per backend).
@@ -72,7 +82,7 @@ from loadtests.simfleet import SimSpec
 
 # The shipped policy, whose routing, pools and acceptance sections ``specroute-default`` is.
 SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "default.yaml"
-SHIPPED_SECTIONS = ("routing", "pools", "acceptance")
+SHIPPED_SECTIONS = ("routing", "pools", "acceptance", "overload")
 
 FLEET: tuple[SimSpec, ...] = (
     SimSpec("plain-0", "plain", seed=11),
@@ -102,6 +112,9 @@ STATIC_POLICIES = (
 DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-default")
 # Experiments: run only when named.
 EXPERIMENTS = (
+    "specroute-no-shed",
+    "specroute-shed-2x",
+    "specroute-cap24",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -176,6 +189,15 @@ _LATENCY_EXPERIMENTS: dict[str, dict[str, float]] = {
 }
 
 
+# What ships, but for its overload section, and, for the cap, every backend's
+# ``max_concurrency`` (policy sections, the fixed cap or None).
+_SHIPPED_VARIANTS: dict[str, tuple[dict[str, float], int | None]] = {
+    "specroute-no-shed": ({"shed_above": 0.0}, None),
+    "specroute-shed-2x": ({"shed_above": 2.0}, None),
+    "specroute-cap24": ({"shed_above": 0.0}, 24),
+}
+
+
 def shipped_sections(path: Path = SHIPPED_POLICY) -> dict[str, Any]:
     """The routing, pools and acceptance sections of the shipped policy file."""
     document = yaml.safe_load(path.read_text())
@@ -245,6 +267,14 @@ def build_policy(
         shipped = shipped_sections()
         pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
         policy |= {"backends": everything, **shipped, "pools": pools}
+    elif name in _SHIPPED_VARIANTS:
+        shipped = shipped_sections()
+        pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
+        overload, cap = _SHIPPED_VARIANTS[name]
+        backends = (
+            everything if cap is None else [{**b, "max_concurrency": cap} for b in everything]
+        )
+        policy |= {"backends": backends, **shipped, "pools": pools, "overload": overload}
     elif name == "least-loaded-prefill":
         policy |= {"backends": everything, "routing": _least_loaded(16384)}
     elif name in _EXPERIMENT_SCORERS:

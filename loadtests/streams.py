@@ -44,6 +44,8 @@ class RequestRecord:
     klass: str | None = None
     accepted: float | None = None
     drafted: float | None = None
+    # Seconds a refused request's ``Retry-After`` asked the client to wait.
+    retry_after: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -119,6 +121,14 @@ def absorb_tail(rec: RequestRecord, tail: bytes) -> None:
         rec.accepted = float(spec.get("num_accepted_draft_tokens") or 0)
 
 
+def _seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` in seconds (its HTTP-date form is not sent by the gateway or vLLM)."""
+    try:
+        return max(float(value), 0.0) if value else None
+    except ValueError:
+        return None
+
+
 async def stream_request(
     session: aiohttp.ClientSession,
     url: str,
@@ -140,6 +150,7 @@ async def stream_request(
             if resp.status != 200:
                 text = (await resp.read())[:300].decode(errors="replace")
                 rec.error = f"HTTP {resp.status}: {text}"
+                rec.retry_after = _seconds(resp.headers.get("retry-after"))
                 return
             tail = b""
             previous: float | None = None

@@ -12,6 +12,10 @@ from http import HTTPStatus
 
 import orjson
 
+# The gateway's own 503s (no healthy backend, overload) ask for a retry in a second: health
+# is re-checked and load moves on that scale.
+RETRY_SOON = (b"retry-after", b"1")
+
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",

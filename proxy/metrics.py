@@ -131,6 +131,13 @@ class GatewayMetrics:
             ["status", "code"],
             registry=r,
         )
+        self.shed = Counter(
+            "specroute_shed",
+            "Requests refused in overload (503): the backend chosen for them was predicted "
+            "to miss their latency objective by more than the policy's overload.shed_above",
+            ["model", "class"],
+            registry=r,
+        )
         self.retries = Counter(
             "specroute_retries",
             "Attempts moved to another backend before the first byte",

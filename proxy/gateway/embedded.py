@@ -98,6 +98,7 @@ async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -
         # Routed as policies/default.yaml ships (a test holds the two alike).
         "slo": {"default": {"ttft_ms": 500, "tpot_ms": 25}},
         "latency": {"profile": "default"},
+        "overload": {"shed_above": 1.0},
         "routing": {
             "filters": [
                 {"type": kind}

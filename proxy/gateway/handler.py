@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import orjson
 
 from proxy.errors import (
+    RETRY_SOON,
     GatewayError,
     UpstreamClosedEarly,
     UpstreamFailure,
@@ -29,6 +30,7 @@ from proxy.errors import (
     UpstreamUnreachable,
 )
 from proxy.gateway.auth import Admission, FrontDoor
+from proxy.gateway.overload import OverloadGuard
 from proxy.gateway.relay import (
     DONE,
     Message,
@@ -61,6 +63,7 @@ from proxy.metrics import GatewayMetrics
 from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint, Outcome, ParsedRequest, Partial, RequestInfo, Route
 from proxy.routing.fleet import BackendState
+from proxy.routing.latency import Prediction
 from proxy.routing.outlier import OutlierConfig, OutlierDetector, parse_retry_after
 from proxy.routing.prefix import prompt_chunks
 from proxy.routing.scheduler.scheduler import Decision, Scheduler
@@ -72,7 +75,6 @@ log = logging.getLogger("specroute.gateway")
 STICKY_HEADERS = (b"x-specroute-session", b"x-session-id", b"x-user-id")
 # W3C trace context: follows the request to the backend.
 TRACE_HEADERS = (b"traceparent", b"tracestate")
-RETRY_SOON = (b"retry-after", b"1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,7 @@ class Gateway:
         listeners: Sequence[OutcomeListener] = (),
         sampler: OutputSampler | None = None,
         outliers: OutlierDetector | None = None,
+        overload: OverloadGuard | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -176,6 +179,7 @@ class Gateway:
         self.listeners = tuple(listeners)
         self.sampler = sampler
         self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
+        self.overload = overload or OverloadGuard(self.scheduler, runtime.latency, self.metrics)
         # Whether the scheduler's catch-up is already queued on the loop (``_catch_up_soon``).
         self._catching_up = False
 
@@ -289,7 +293,9 @@ class Gateway:
                 break
             backend = chosen.backend
             tried.add(backend.name)
-            attempt = self._account(parsed, decision, backend, rid, number, caller)
+            # The first attempt only: a retry's request has already waited.
+            prediction = self.overload.admit(decision, backend) if number == 1 else None
+            attempt = self._account(parsed, decision, backend, rid, number, caller, prediction)
             attempt.wait_s = min(self.settings.first_byte_timeout_s, max(left, 0.0))
             if self.settings.resume_streams and resumable(parsed):
                 attempt.keep = []
@@ -450,11 +456,12 @@ class Gateway:
         rid: bytes,
         number: int,
         caller: _Caller,
+        prediction: Prediction | None = None,
     ) -> _Attempt:
         """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
         # Predicted before the request counts on the backend (as the scheduler saw it).
         share = self.scheduler.cached_share(decision, backend)
-        forecast = self.runtime.latency.dispatch(backend, decision.request, share)
+        forecast = self.runtime.latency.dispatch(backend, decision.request, share, prediction)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
         # (the load scorer and the latency model count it): the body size over a

@@ -4,7 +4,7 @@
 """
 
 from proxy.policy.canary import CanaryConfig
-from proxy.policy.latency import LatencySettings, Objective, SloSettings
+from proxy.policy.latency import LatencySettings, Objective, OverloadSettings, SloSettings
 from proxy.policy.schema import (
     AcceptanceSettings,
     BackendSpec,
@@ -29,6 +29,7 @@ __all__ = [
     "CanaryConfig",
     "LatencySettings",
     "Objective",
+    "OverloadSettings",
     "PluginSpec",
     "Policy",
     "PolicyError",

@@ -80,3 +80,21 @@ class LatencySettings(_Strict):
 
     def profile_for(self, pool: str) -> str:
         return self.pools.get(pool, self.profile)
+
+
+class OverloadSettings(_Strict):
+    """What the gateway does with a request no backend can serve in time.
+
+    An engine takes every request it is sent: past its capacity the requests it holds all
+    slow down (longer prefill queues, more prefill chunks riding on every decode step),
+    and under a sustained overload none of them meets its objective. Refusing the
+    requests the latency model predicts to miss theirs by far keeps the rest within
+    theirs (loadtests/README.md, issue 15).
+    """
+
+    shed_above: float = Field(
+        default=0.0,
+        ge=0,
+        description="refuse (503 with Retry-After) a request when the backend chosen for it "
+        "is predicted to exceed this multiple of its TTFT or TPOT objective; 0: never",
+    )

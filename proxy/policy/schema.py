@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.policy.canary import CanaryConfig
-from proxy.policy.latency import LatencySettings, SloSettings
+from proxy.policy.latency import LatencySettings, OverloadSettings, SloSettings
 from proxy.policy.shadow import ShadowConfig
 from proxy.routing.classify import ClassifierConfig
 
@@ -180,6 +180,7 @@ class Policy(_Strict):
     acceptance: AcceptanceSettings = AcceptanceSettings()
     slo: SloSettings = SloSettings()
     latency: LatencySettings = LatencySettings()
+    overload: OverloadSettings = OverloadSettings()
     classifier: ClassifierConfig = ClassifierConfig()
     store: StoreSpec = StoreSpec()
     # Sections owned by later features are validated by their own models when present.

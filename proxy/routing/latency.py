@@ -537,6 +537,22 @@ class LatencyModel:
             tpot_ratio=t.tpot_ratio,
         )
 
+    def unloaded(
+        self, backend: BackendState, request: RequestInfo, cached_share: float = 0.0
+    ) -> tuple[float, float]:
+        """The request's (TTFT, TPOT) on the backend were it idle (nothing decoding or
+        queued, no prefill beside it), corrected as ``predict``'s are: the least its engine
+        can give it, whatever the load."""
+        label = request.label
+        now = self.clock()
+        t = self._current(backend, now, now - self._fresh_s)
+        k = t.k_now
+        base, per_token = _ttft_terms(t, 0, 0, k)
+        prefill = uncached(self.prompt_tokens(label, request.prompt_bytes), cached_share)
+        acceptance = self.draft_acceptance(backend, label) if k else None
+        ttft = (base + per_token * prefill) * t.ttft_ratio
+        return ttft, t.step_s(1) * t.tpot_ratio / _per_step(acceptance, k)
+
     def tpot(self, state: _Online, backend: BackendState, label: str) -> float:
         """Predicted TPOT for class ``label`` from the backend's current terms."""
         acceptance = self.draft_acceptance(backend, label) if state.k_now else None
@@ -557,20 +573,12 @@ class LatencyModel:
     def _refresh(self, state: _Online, backend: BackendState, now: float) -> None:
         """The calibrated model of the module docstring for the backend's current load,
         with the request's prompt and acceptance left open, into ``state``'s terms."""
-        costs = state.costs
         k = state.k if backend.speculative else 0
         batch = backend.inflight
         pending = backend.prefill_pending
         queued = pending if pending > 0 else 0
-        chunk = costs.chunk_tokens
-        budget = max(chunk - batch * (k + 1), chunk >> 3)
-        per_token = costs.prefill_s_per_token
-        now_step = state.step_s(batch)
-        # Prefill of (queued + P) tokens in chunks of ``budget``, each riding on a step,
-        # after the step under way (module docstring: w).
-        ttft_per_token = now_step / budget + per_token
-        wait = 1.5 if batch > 0 else 1.0
-        ttft_base = (queued / budget + wait) * now_step + per_token * queued
+        per_token = state.costs.prefill_s_per_token
+        ttft_base, ttft_per_token = _ttft_terms(state, batch, queued, k)
         # Decayed prompt tokens over the time constant: the recent prompt-token rate.
         share = 0.0
         if state.prefill_sum:
@@ -598,12 +606,16 @@ class LatencyModel:
         return state
 
     def dispatch(
-        self, backend: BackendState, request: RequestInfo, cached_share: float = 0.0
+        self,
+        backend: BackendState,
+        request: RequestInfo,
+        cached_share: float = 0.0,
+        prediction: Prediction | None = None,
     ) -> LatencyForecast:
         """The prediction for the backend a request is being sent to, before it counts
-        there; records the prompt tokens it will prefill there in the backend's
-        prompt-token rate."""
-        p = self.predict(backend, request, cached_share)
+        there (``prediction``: that one, already made by ``predict``); records the prompt
+        tokens it will prefill there in the backend's prompt-token rate."""
+        p = prediction or self.predict(backend, request, cached_share)
         online = self._online[backend.name]
         now = self.clock()
         prefill = p.prompt_tokens - p.cached_tokens
@@ -680,6 +692,20 @@ class LatencyModel:
 
     def bytes_per_token(self, label: str) -> float:
         return self._bytes_per_token.get(label, self.settings.bytes_per_token)
+
+
+def _ttft_terms(state: _Online, batch: int, queued: int, k: int) -> tuple[float, float]:
+    """TTFT = base + per_token * P on an engine with ``batch`` decoding and ``queued``
+    prompt tokens ahead (the module docstring's formula, uncorrected)."""
+    costs = state.costs
+    chunk = costs.chunk_tokens
+    budget = max(chunk - batch * (k + 1), chunk >> 3)
+    per_token = costs.prefill_s_per_token
+    now_step = state.step_s(batch)
+    # Prefill of (queued + P) tokens in chunks of ``budget``, each riding on a step,
+    # after the step under way (module docstring: w).
+    wait = 1.5 if batch > 0 else 1.0
+    return (queued / budget + wait) * now_step + per_token * queued, now_step / budget + per_token
 
 
 def uncached(prompt: float, cached_share: float) -> float:

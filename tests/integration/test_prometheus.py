@@ -35,6 +35,7 @@ DASHBOARDS = sorted((ROOT / "deploy" / "grafana").glob("*.json"))
 EVENT_ONLY = {
     "specroute_errors_total",
     "specroute_retries_total",
+    "specroute_shed_total",
     "specroute_shadow_dropped_total",
     "specroute_policy_reloads_total",
     "specroute_break_even_learned",

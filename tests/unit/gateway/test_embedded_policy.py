@@ -1,5 +1,6 @@
 """The embedded fleet (``make run``) and the Kubernetes overlays route as the shipped
-``policies/default.yaml`` does: the same objectives, latency profile and routing."""
+``policies/default.yaml`` does: the same objectives, latency profile, routing and
+shedding in overload."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from proxy.gateway.embedded import start_embedded_fleet
 from proxy.policy.schema import Policy
 
 ROOT = Path(__file__).resolve().parents[3]
-SECTIONS = ("slo", "routing")
+SECTIONS = ("slo", "routing", "overload")
 
 
 def sections(text: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 import pytest
@@ -97,10 +98,11 @@ class Recorder:
 
 
 def build(
-    script: list[Scripted], route_headers: bool = True, method: str = "none"
+    script: list[Scripted], route_headers: bool = True, method: str = "none", **sections: Any
 ) -> tuple[Gateway, FakeUpstream, Recorder]:
     k = 4 if method != "none" else 0
-    policy = make_policy(backend("a", "plain", method, k), backend("b", "plain", method, k))
+    a, b = backend("a", "plain", method, k), backend("b", "plain", method, k)
+    policy = make_policy(a, b, **sections)
     fleet = Fleet(policy)
     for b in fleet.backends.values():
         b.healthy = True
@@ -118,9 +120,19 @@ def build(
     return gateway, upstream, recorder
 
 
-async def call(gateway: Gateway, stream: bool = False) -> tuple[int, bytes]:
+async def call(
+    gateway: Gateway,
+    stream: bool = False,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    **fields: Any,
+) -> tuple[int, bytes]:
     body = orjson.dumps(
-        {"model": "m", "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hello"}],
+            "stream": stream,
+            **fields,
+        }
     )
     received = [{"type": "http.request", "body": body, "more_body": False}]
     sent: list[Message] = []
@@ -136,6 +148,8 @@ async def call(gateway: Gateway, stream: bool = False) -> tuple[int, bytes]:
 
     scope = {"type": "http", "method": "POST", "headers": []}
     await gateway.handle(Endpoint.CHAT, scope, receive, send)
+    if headers is not None:
+        headers.extend(sent[0]["headers"])
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 

@@ -448,3 +448,27 @@ def test_a_cached_share_of_the_prompt_is_not_prefilled_again() -> None:
     forecast = model.dispatch(plain, request(tokens=1000), cached_share=0.75)
     assert (forecast.prompt_tokens, forecast.cached_tokens) == (1000, 750)
     assert model._online["plain-0"].prefill_sum == pytest.approx(250)
+
+
+@pytest.mark.parametrize("name", ["plain-0", "ngram-0", "eagle-0"])
+def test_unloaded_is_the_prediction_on_the_idle_engine_whatever_its_load(name: str) -> None:
+    model, fleet, clock = setup()
+    backend = fleet.backends[name]
+    for _ in range(20):  # corrections learned (x1.6 TTFT, x1.3 TPOT) and a prompt rate
+        forecast = model.dispatch(backend, request(tokens=800, max_tokens=50))
+        outcome = Outcome(name, backend.spec.pool, False, "code", 0, clock.now, ok=True)
+        outcome.forecast = forecast
+        outcome.first_byte = clock.now + 1.6 * forecast.model_ttft_s
+        outcome.completion_tokens = 50
+        outcome.finished = outcome.first_byte + 49 * 1.3 * forecast.model_tpot_s
+        outcome.events = 51
+        model.observe(outcome)
+    clock.now += 600.0  # the prompt rate decayed away: the engine is idle again
+    idle = model.predict(backend, request("code", tokens=800))
+    assert model.unloaded(backend, request("code", tokens=800)) == (idle.ttft_s, idle.tpot_s)
+    assert idle.ttft_ratio > 1.0 and idle.tpot_ratio > 1.0
+    backend.local_inflight, backend.prefill_pending = 40, 6000
+    clock.now += 0.1
+    busy = model.predict(backend, request("code", tokens=800))
+    assert busy.ttft_s > idle.ttft_s and busy.tpot_s > idle.tpot_s
+    assert model.unloaded(backend, request("code", tokens=800)) == (idle.ttft_s, idle.tpot_s)

@@ -233,6 +233,7 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
             {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25, "saturated_below": 0.5},
         )
     ]
+    assert policy.overload.shed_above == 1.0  # refused past the objective in overload
     s = healthy_scheduler(policy)
     request = RequestInfo("llama-3.1-8b", "chat", prompt_bytes=4000, max_tokens=200)
     decision = s.schedule(request)

@@ -1,0 +1,63 @@
+"""Refusing in overload: the policy's ``overload`` section.
+
+An engine takes every request it is sent. Past its capacity every request it holds slows
+down (a longer prefill queue, more prefill chunks riding on each decode step), and in a
+sustained overload hardly any meets its objective, whichever engine the routing picks.
+With ``overload.shed_above`` > 0 a request whose chosen backend the latency model predicts
+to serve it later than that multiple of its objective gets a 503 ``overloaded`` with
+``Retry-After: 1`` instead, and the requests admitted keep theirs (loadtests/README.md,
+issue 15: +39% goodput over five overloaded production-shaped runs).
+"""
+
+from __future__ import annotations
+
+from proxy.errors import RETRY_SOON, GatewayError
+from proxy.metrics import GatewayMetrics
+from proxy.routing.fleet import BackendState
+from proxy.routing.latency import LatencyModel, Prediction
+from proxy.routing.scheduler.scheduler import Decision, Scheduler
+
+
+class OverloadGuard:
+    def __init__(
+        self, scheduler: Scheduler, latency: LatencyModel, metrics: GatewayMetrics
+    ) -> None:
+        # The scheduler's policy is the one in force (policy swaps replace it there).
+        self._scheduler = scheduler
+        self._latency = latency
+        self._metrics = metrics
+
+    def admit(self, decision: Decision, backend: BackendState) -> Prediction | None:
+        """The chosen backend's prediction for the request, for its accounting (None when
+        the policy does not shed); raises a 503 :class:`GatewayError` when the request is
+        predicted to miss its objective by more than the policy allows."""
+        policy = self._scheduler.policy
+        factor = policy.overload.shed_above
+        if not factor:
+            return None
+        request, latency = decision.request, self._latency
+        share = self._scheduler.cached_share(decision, backend)
+        prediction = latency.predict(backend, request, share)
+        objective = policy.slo.objective(request.model, request.label, request.tenant)
+        late_ttft = prediction.ttft_s > factor * objective.ttft_ms / 1000.0
+        late_tpot = prediction.tpot_s > factor * objective.tpot_ms / 1000.0
+        if late_tpot and latency.output_tokens(request.label, request.max_tokens) <= 1.0:
+            late_tpot = False  # no token after the first: no TPOT to miss
+        if not (late_ttft or late_tpot):
+            return prediction  # the common case: no idle prediction needed
+        # The bar is the objective, or the least the engine can give the request when that
+        # is more: an objective no load could meet (a slower GPU, a larger model than the
+        # profile's) must not refuse requests on an idle fleet.
+        idle_ttft, idle_tpot = latency.unloaded(backend, request, share)
+        late_ttft = late_ttft and prediction.ttft_s > factor * idle_ttft
+        late_tpot = late_tpot and prediction.tpot_s > factor * idle_tpot
+        if not (late_ttft or late_tpot):
+            return prediction
+        self._metrics.shed.labels(request.model, request.label).inc()
+        raise GatewayError(
+            503,
+            "the fleet is overloaded: the backend best placed for this request is predicted "
+            f"to take more than {factor:g}x its latency objective; retry shortly",
+            code="overloaded",
+            headers=[RETRY_SOON],
+        )
