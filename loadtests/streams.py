@@ -11,6 +11,7 @@ client cheap enough to drive hundreds of streams from one process.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,12 +122,18 @@ def absorb_tail(rec: RequestRecord, tail: bytes) -> None:
         rec.accepted = float(spec.get("num_accepted_draft_tokens") or 0)
 
 
-def _seconds(value: str | None) -> float | None:
-    """A ``Retry-After`` in seconds (its HTTP-date form is not sent by the gateway or vLLM)."""
-    try:
-        return max(float(value), 0.0) if value else None
-    except ValueError:
-        return None
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds a refusal asks to wait, read as the OpenAI SDKs do: ``retry-after-ms``
+    first, then ``retry-after`` in seconds (its HTTP-date form is sent by neither the
+    gateway nor vLLM)."""
+    for name, unit in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return max(float(value) / unit, 0.0)
+            except ValueError:
+                continue
+    return None
 
 
 async def stream_request(
@@ -150,7 +157,7 @@ async def stream_request(
             if resp.status != 200:
                 text = (await resp.read())[:300].decode(errors="replace")
                 rec.error = f"HTTP {resp.status}: {text}"
-                rec.retry_after = _seconds(resp.headers.get("retry-after"))
+                rec.retry_after = retry_after_s(resp.headers)
                 return
             tail = b""
             previous: float | None = None

@@ -11,6 +11,8 @@ issue 15: +39% goodput over five overloaded production-shaped runs).
 
 from __future__ import annotations
 
+import random
+
 from proxy.errors import RETRY_SOON, GatewayError
 from proxy.metrics import GatewayMetrics
 from proxy.routing.fleet import BackendState
@@ -20,12 +22,17 @@ from proxy.routing.scheduler.scheduler import Decision, Scheduler
 
 class OverloadGuard:
     def __init__(
-        self, scheduler: Scheduler, latency: LatencyModel, metrics: GatewayMetrics
+        self,
+        scheduler: Scheduler,
+        latency: LatencyModel,
+        metrics: GatewayMetrics,
+        rng: random.Random | None = None,
     ) -> None:
         # The scheduler's policy is the one in force (policy swaps replace it there).
         self._scheduler = scheduler
         self._latency = latency
         self._metrics = metrics
+        self._rng = rng or random.Random()
 
     def admit(self, decision: Decision, backend: BackendState) -> Prediction | None:
         """The chosen backend's prediction for the request, for its accounting (None when
@@ -59,5 +66,11 @@ class OverloadGuard:
             "the fleet is overloaded: the backend best placed for this request is predicted "
             f"to take more than {factor:g}x its latency objective; retry shortly",
             code="overloaded",
-            headers=[RETRY_SOON],
+            headers=[RETRY_SOON, self._retry_after_ms()],
         )
+
+    def _retry_after_ms(self) -> tuple[bytes, bytes]:
+        """A second on average, spread over 0.5-1.5 s: requests refused together (a burst)
+        that all came back after exactly one second would arrive as the same burst. The
+        OpenAI SDKs wait ``retry-after-ms`` before ``retry-after``."""
+        return b"retry-after-ms", str(self._rng.randint(500, 1500)).encode()

@@ -40,6 +40,9 @@ async def test_overload_sheds_a_request_its_backend_is_predicted_to_serve_too_la
     assert error["type"] == "service_unavailable_error"
     assert "more than 1x its latency objective" in error["message"]
     assert (b"retry-after", b"1") in headers
+    # A second on average, spread so that requests refused together do not return together.
+    [waits] = [int(v) for k, v in headers if k == b"retry-after-ms"]
+    assert 500 <= waits <= 1500
     assert refused == 1.0
     # Refused before anything was sent or counted: no upstream request, no listener, and
     # the fleet's counts as they were.

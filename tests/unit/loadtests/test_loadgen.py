@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from loadtests.loadgen import LoadGenerator
 from loadtests.prompts import PromptFactory
+from loadtests.streams import retry_after_s
 from loadtests.traces import parse_trace
 
 
@@ -41,3 +42,11 @@ async def test_a_refused_closed_loop_client_waits_the_retry_after() -> None:
             gaps = [b - a for a, b in itertools.pairwise(arrivals)]
             assert min(gaps) >= 0.24, gaps
             assert all(r.retry_after == 0.25 for r in result.records)
+
+
+def test_retry_after_is_read_as_the_sdks_read_it() -> None:
+    assert retry_after_s({"retry-after-ms": "750", "retry-after": "1"}) == 0.75
+    assert retry_after_s({"retry-after": "2"}) == 2.0
+    assert retry_after_s({"retry-after-ms": "soon", "retry-after": "1"}) == 1.0
+    assert retry_after_s({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
+    assert retry_after_s({}) is None
