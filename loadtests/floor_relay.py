@@ -239,15 +239,21 @@ class _ClientFront(_RequestReader, asyncio.Protocol):
         await response.release()
 
 
-class _LeanAsgiFront(_ClientFront):
+class _LeanAsgiFront(_RequestReader, asyncio.Protocol):
     """``h1-asgi``: the same bare ASGI app as ``asgi``, called by a minimal server protocol
     instead of uvicorn's: a scope of method, path and headers, one receive, a send that
     frames straight into the transport."""
 
-    def __init__(self, upstream_url: str, client: Any, app: Any) -> None:
-        super().__init__(upstream_url, client)
+    def __init__(self, app: Any) -> None:
         self._app = app
+        self._request = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self._url = b""
+        self._body: list[bytes] = []
         self._headers: list[tuple[bytes, bytes]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -385,7 +391,7 @@ async def serve_protocol(host: str, port: int, upstream: str, mode: str) -> None
         factory: Callable[[], asyncio.Protocol] = functools.partial(_ClientFront, upstream, client)
     elif mode == "h1-asgi":
         app = asgi_relay(upstream)
-        factory = functools.partial(_LeanAsgiFront, upstream, None, app)
+        factory = functools.partial(_LeanAsgiFront, app)
         await _start_app(app)
     else:
         factory = functools.partial(_ParsingFront if mode == "h1" else _Front, *target)

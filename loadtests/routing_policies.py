@@ -80,7 +80,8 @@ import yaml
 
 from loadtests.simfleet import SimSpec
 
-# The shipped policy, whose routing, pools and acceptance sections ``specroute-default`` is.
+# The shipped policy, whose routing, pools, acceptance and overload sections
+# ``specroute-default`` is.
 SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "default.yaml"
 SHIPPED_SECTIONS = ("routing", "pools", "acceptance", "overload")
 
@@ -189,9 +190,10 @@ _LATENCY_EXPERIMENTS: dict[str, dict[str, float]] = {
 }
 
 
-# What ships, but for its overload section, and, for the cap, every backend's
-# ``max_concurrency`` (policy sections, the fixed cap or None).
-_SHIPPED_VARIANTS: dict[str, tuple[dict[str, float], int | None]] = {
+# What ships (``specroute-default``), and variants of it: another overload section (None:
+# the shipped one), every backend's ``max_concurrency`` fixed (None: the fleet's own).
+_SHIPPED_VARIANTS: dict[str, tuple[dict[str, float] | None, int | None]] = {
+    "specroute-default": (None, None),
     "specroute-no-shed": ({"shed_above": 0.0}, None),
     "specroute-shed-2x": ({"shed_above": 2.0}, None),
     "specroute-cap24": ({"shed_above": 0.0}, 24),
@@ -199,7 +201,7 @@ _SHIPPED_VARIANTS: dict[str, tuple[dict[str, float], int | None]] = {
 
 
 def shipped_sections(path: Path = SHIPPED_POLICY) -> dict[str, Any]:
-    """The routing, pools and acceptance sections of the shipped policy file."""
+    """The routing, pools, acceptance and overload sections of the shipped policy file."""
     document = yaml.safe_load(path.read_text())
     return {key: document[key] for key in SHIPPED_SECTIONS if key in document}
 
@@ -263,18 +265,16 @@ def build_policy(
         policy |= {"backends": everything, **_specroute("static", break_even)}
     elif name == "specroute-learned":
         policy |= {"backends": everything, **_specroute("learned", break_even)}
-    elif name == "specroute-default":
-        shipped = shipped_sections()
-        pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
-        policy |= {"backends": everything, **shipped, "pools": pools}
     elif name in _SHIPPED_VARIANTS:
         shipped = shipped_sections()
-        pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
         overload, cap = _SHIPPED_VARIANTS[name]
+        if overload is not None:
+            shipped["overload"] = overload
+        pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
         backends = (
             everything if cap is None else [{**b, "max_concurrency": cap} for b in everything]
         )
-        policy |= {"backends": backends, **shipped, "pools": pools, "overload": overload}
+        policy |= {"backends": backends, **shipped, "pools": pools}
     elif name == "least-loaded-prefill":
         policy |= {"backends": everything, "routing": _least_loaded(16384)}
     elif name in _EXPERIMENT_SCORERS:

@@ -293,8 +293,9 @@ class Gateway:
                 break
             backend = chosen.backend
             tried.add(backend.name)
-            # The first attempt only: a retry's request has already waited.
-            prediction = self.overload.admit(decision, backend) if number == 1 else None
+            prediction = self._predict(decision, backend)
+            if number == 1:  # a retry's request has already waited: not refused
+                self.overload.admit(decision.request, backend, prediction)
             attempt = self._account(parsed, decision, backend, rid, number, caller, prediction)
             attempt.wait_s = min(self.settings.first_byte_timeout_s, max(left, 0.0))
             if self.settings.resume_streams and resumable(parsed):
@@ -389,7 +390,9 @@ class Gateway:
         tried.add(backend.name)
         parsed = dataclasses.replace(served.parsed, body=body, raw=orjson.dumps(body))
         number = served.outcome.attempts + 1
-        attempt = self._account(parsed, decision, backend, served.rid, number, served.caller)
+        prediction = self._predict(decision, backend)
+        caller = served.caller
+        attempt = self._account(parsed, decision, backend, served.rid, number, caller, prediction)
         attempt.outcome.text = None  # a partial output: nothing to compare
         attempt.keep = served.keep
         known = partial.prompt_token_ids
@@ -448,6 +451,13 @@ class Gateway:
             self.outliers.succeeded(attempt.backend)
 
     # -- accounting -----------------------------------------------------------------------
+    def _predict(self, decision: Decision, backend: BackendState) -> Prediction:
+        """The latency model's prediction for the request on its chosen backend, made before
+        the request counts there (as the scheduler saw it): judged by the overload guard,
+        then kept as the attempt's forecast."""
+        share = self.scheduler.cached_share(decision, backend)
+        return self.runtime.latency.predict(backend, decision.request, share)
+
     def _account(
         self,
         parsed: ParsedRequest,
@@ -456,12 +466,10 @@ class Gateway:
         rid: bytes,
         number: int,
         caller: _Caller,
-        prediction: Prediction | None = None,
+        prediction: Prediction,
     ) -> _Attempt:
         """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
-        # Predicted before the request counts on the backend (as the scheduler saw it).
-        share = self.scheduler.cached_share(decision, backend)
-        forecast = self.runtime.latency.dispatch(backend, decision.request, share, prediction)
+        forecast = self.runtime.latency.dispatch(backend, decision.request, prediction=prediction)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
         # (the load scorer and the latency model count it): the body size over a

@@ -15,9 +15,10 @@ import random
 
 from proxy.errors import RETRY_SOON, GatewayError
 from proxy.metrics import GatewayMetrics
+from proxy.records import RequestInfo
 from proxy.routing.fleet import BackendState
 from proxy.routing.latency import LatencyModel, Prediction
-from proxy.routing.scheduler.scheduler import Decision, Scheduler
+from proxy.routing.scheduler.scheduler import Scheduler
 
 
 class OverloadGuard:
@@ -34,32 +35,29 @@ class OverloadGuard:
         self._metrics = metrics
         self._rng = rng or random.Random()
 
-    def admit(self, decision: Decision, backend: BackendState) -> Prediction | None:
-        """The chosen backend's prediction for the request, for its accounting (None when
-        the policy does not shed); raises a 503 :class:`GatewayError` when the request is
-        predicted to miss its objective by more than the policy allows."""
+    def admit(self, request: RequestInfo, backend: BackendState, prediction: Prediction) -> None:
+        """Raise a 503 :class:`GatewayError` when the policy sheds and ``prediction`` (the
+        request's on the backend chosen for it) misses its objective by more than the
+        policy allows."""
         policy = self._scheduler.policy
         factor = policy.overload.shed_above
         if not factor:
-            return None
-        request, latency = decision.request, self._latency
-        share = self._scheduler.cached_share(decision, backend)
-        prediction = latency.predict(backend, request, share)
+            return
         objective = policy.slo.objective(request.model, request.label, request.tenant)
         late_ttft = prediction.ttft_s > factor * objective.ttft_ms / 1000.0
         late_tpot = prediction.tpot_s > factor * objective.tpot_ms / 1000.0
-        if late_tpot and latency.output_tokens(request.label, request.max_tokens) <= 1.0:
+        if late_tpot and self._latency.output_tokens(request.label, request.max_tokens) <= 1.0:
             late_tpot = False  # no token after the first: no TPOT to miss
         if not (late_ttft or late_tpot):
-            return prediction  # the common case: no idle prediction needed
+            return  # the common case: no idle prediction needed
         # The bar is the objective, or the least the engine can give the request when that
         # is more: an objective no load could meet (a slower GPU, a larger model than the
         # profile's) must not refuse requests on an idle fleet.
-        idle_ttft, idle_tpot = latency.unloaded(backend, request, share)
+        idle_ttft, idle_tpot = self._latency.unloaded(backend, prediction)
         late_ttft = late_ttft and prediction.ttft_s > factor * idle_ttft
         late_tpot = late_tpot and prediction.tpot_s > factor * idle_tpot
         if not (late_ttft or late_tpot):
-            return prediction
+            return
         self._metrics.shed.labels(request.model, request.label).inc()
         raise GatewayError(
             503,

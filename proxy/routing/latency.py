@@ -537,21 +537,16 @@ class LatencyModel:
             tpot_ratio=t.tpot_ratio,
         )
 
-    def unloaded(
-        self, backend: BackendState, request: RequestInfo, cached_share: float = 0.0
-    ) -> tuple[float, float]:
-        """The request's (TTFT, TPOT) on the backend were it idle (nothing decoding or
-        queued, no prefill beside it), corrected as ``predict``'s are: the least its engine
-        can give it, whatever the load."""
-        label = request.label
+    def unloaded(self, backend: BackendState, prediction: Prediction) -> tuple[float, float]:
+        """(TTFT, TPOT) of the request ``prediction`` was made for, on its backend were it
+        idle (nothing decoding or queued, no prefill beside it), corrected as the
+        prediction is: the least its engine can give it, whatever the load."""
         now = self.clock()
         t = self._current(backend, now, now - self._fresh_s)
-        k = t.k_now
-        base, per_token = _ttft_terms(t, 0, 0, k)
-        prefill = uncached(self.prompt_tokens(label, request.prompt_bytes), cached_share)
-        acceptance = self.draft_acceptance(backend, label) if k else None
-        ttft = (base + per_token * prefill) * t.ttft_ratio
-        return ttft, t.step_s(1) * t.tpot_ratio / _per_step(acceptance, k)
+        base, per_token = _ttft_terms(t, 0, 0, t.k_now)
+        prefill = prediction.prompt_tokens - prediction.cached_tokens
+        ttft = (base + per_token * prefill) * prediction.ttft_ratio
+        return ttft, t.step_s(1) * prediction.tpot_ratio / prediction.tokens_per_step
 
     def tpot(self, state: _Online, backend: BackendState, label: str) -> float:
         """Predicted TPOT for class ``label`` from the backend's current terms."""

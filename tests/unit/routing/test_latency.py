@@ -465,10 +465,10 @@ def test_unloaded_is_the_prediction_on_the_idle_engine_whatever_its_load(name: s
         model.observe(outcome)
     clock.now += 600.0  # the prompt rate decayed away: the engine is idle again
     idle = model.predict(backend, request("code", tokens=800))
-    assert model.unloaded(backend, request("code", tokens=800)) == (idle.ttft_s, idle.tpot_s)
+    assert model.unloaded(backend, idle) == (idle.ttft_s, idle.tpot_s)
     assert idle.ttft_ratio > 1.0 and idle.tpot_ratio > 1.0
     backend.local_inflight, backend.prefill_pending = 40, 6000
     clock.now += 0.1
     busy = model.predict(backend, request("code", tokens=800))
     assert busy.ttft_s > idle.ttft_s and busy.tpot_s > idle.tpot_s
-    assert model.unloaded(backend, request("code", tokens=800)) == (idle.ttft_s, idle.tpot_s)
+    assert model.unloaded(backend, busy) == (idle.ttft_s, idle.tpot_s)
