@@ -116,6 +116,7 @@ EXPERIMENTS = (
     "specroute-no-shed",
     "specroute-shed-2x",
     "specroute-cap24",
+    "specroute-no-wait",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -197,6 +198,11 @@ _SHIPPED_VARIANTS: dict[str, tuple[dict[str, float] | None, int | None]] = {
     "specroute-no-shed": ({"shed_above": 0.0}, None),
     "specroute-shed-2x": ({"shed_above": 2.0}, None),
     "specroute-cap24": ({"shed_above": 0.0}, 24),
+    "specroute-no-wait": (None, None),
+}
+# Shipped variants with other latency-scorer params (over the shipped ones).
+_SHIPPED_LATENCY_PARAMS: dict[str, dict[str, float]] = {
+    "specroute-no-wait": {"wait_weight": 0.0},
 }
 
 
@@ -270,6 +276,9 @@ def build_policy(
         overload, cap = _SHIPPED_VARIANTS[name]
         if overload is not None:
             shipped["overload"] = overload
+        for scorer in shipped["routing"]["scorers"]:
+            if scorer["type"] == "latency":
+                scorer["params"] = {**scorer["params"], **_SHIPPED_LATENCY_PARAMS.get(name, {})}
         pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
         backends = (
             everything if cap is None else [{**b, "max_concurrency": cap} for b in everything]

@@ -27,9 +27,11 @@ from proxy.routing.latency import uncached
 FloatArray = npt.NDArray[np.float64]
 
 # The compiled signature: five C-contiguous float64 arrays (the terms, and each candidate's
-# cached share of the prompt), seven floats (the request's and the scorer's), and the
+# cached share of the prompt), nine floats (the request's and the scorer's), and the
 # float64 array the scores are written into.
-SIGNATURE = "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8[::1])"
+SIGNATURE = (
+    "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8, f8, f8[::1])"
+)
 
 
 def _fourth_or_pow(x: float, spread: float) -> float:
@@ -60,6 +62,8 @@ def _scores(
     later: float,
     latency_weight: float,
     harm: float,
+    wait_weight: float,
+    wait_slack: float,
     out: FloatArray,
 ) -> float:
     """Each candidate's latency score into ``out``; returns the best chance of meeting
@@ -71,13 +75,17 @@ def _scores(
     ``1 / ((1 + (TTFT / ttft_goal) ** spread) * (1 + (TPOT / tpot_goal) ** spread))`` (the
     TPOT factor only when ``later`` tokens follow the first), counts relative to the
     best one's; ``latency_weight`` of the score goes to ``budget / (budget + TTFT + TPOT *
-    later)``; the whole over ``1 + harm * imposed_per_token * P``.
+    later)``, where TTFT more than ``wait_slack`` over the fastest candidate's counts
+    ``1 + wait_weight`` times; the whole over ``1 + harm * imposed_per_token * P``.
     """
     n = ttft_base.shape[0]
     budget = ttft_goal + tpot_goal * later
     best = 0.0
+    fastest = np.inf
     for i in range(n):
         ttft = ttft_base[i] + ttft_per_token[i] * _uncached(prompt, cached_share[i])
+        if ttft < fastest:
+            fastest = ttft
         meets = 1.0 + _power(ttft / ttft_goal, spread)
         if later:
             meets *= 1.0 + _power(tpot[i] / tpot_goal, spread)
@@ -86,9 +94,12 @@ def _scores(
         if meets > best:
             best = meets
     scale = (1.0 - latency_weight) / best if best > 0.0 else 0.0
+    tolerated = fastest + wait_slack
     for i in range(n):
         prefill = _uncached(prompt, cached_share[i])
         ttft = ttft_base[i] + ttft_per_token[i] * prefill
+        if ttft > tolerated:
+            ttft += wait_weight * (ttft - tolerated)
         speed = latency_weight * budget / (budget + ttft + tpot[i] * later)
         out[i] = (scale * out[i] + speed) / (1.0 + harm * (imposed_per_token[i] * prefill))
     return best
@@ -101,6 +112,8 @@ scores: Callable[
         FloatArray,
         FloatArray,
         FloatArray,
+        float,
+        float,
         float,
         float,
         float,

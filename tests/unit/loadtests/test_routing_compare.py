@@ -11,7 +11,12 @@ def _policy(goodputs: list[float], ttft_p99: list[float]) -> dict[str, Any]:
     phases = [
         {
             "window_s": 5.0,
-            "overall": {"goodput_rps": g, "slo_attainment": 0.9, "ttft_ms": {"p99": t}},
+            "overall": {
+                "goodput_rps": g,
+                "slo_attainment": 0.9,
+                "ttft_ms": {"p99": t},
+                "requests": round(g * 5.0),
+            },
         }
         for g, t in zip(goodputs, ttft_p99, strict=True)
     ]
@@ -51,3 +56,6 @@ def test_each_phase_is_held_to_the_best_static_policy_and_round_robins_tail() ->
         "phase 2 (r70@5)": False,
         "phase 2 (r70@5) tail": True,
     }
+    # A tail's sample size is in its target: over 168 and 160 requests, not 1,000.
+    tails = [t["target"] for t in out["targets"] if "TTFT" in t["target"]]
+    assert tails[0].endswith("over 168 / 160 requests)")

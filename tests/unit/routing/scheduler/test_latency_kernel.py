@@ -34,7 +34,11 @@ def test_compiled_and_interpreted_loops_score_alike(seed: int) -> None:
         # Most engines hold nothing of the prompt; a few hold some or nearly all of it.
         shares = np.where(rng.random(n) < 0.3, rng.uniform(0.0, 1.0, n), 0.0)
         later = float(rng.choice([0.0, 1.0, 120.0]))
-        args = (base, per, tpot, imposed, shares, 900.0, 0.5, 0.025, 4.0, later, 0.25, 0.04)
+        wait_weight = float(rng.choice([0.0, 8.0]))
+        args = (
+            *(base, per, tpot, imposed, shares, 900.0, 0.5, 0.025, 4.0, later, 0.25, 0.04),
+            *(wait_weight, 0.02),
+        )
         compiled, interpreted = np.full(n, np.nan), np.full(n, np.nan)
         best = latency_kernel.scores(*args, compiled)
         assert best == latency_kernel._scores(*args, interpreted)
@@ -58,7 +62,8 @@ def test_each_score_is_the_scalar_rating_relative_to_the_best() -> None:
     tokens, prompt, harm = 60.0, 1200.0, 0.03
     out = np.empty(64)
     best = latency_kernel.scores(
-        base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm, out
+        *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
+        *(0.0, 0.0, out),
     )
     prefills = [uncached(prompt, float(share)) for share in shares]
     assert prefills[0] == pytest.approx(240.0) and prefills[1] == prompt
@@ -72,3 +77,43 @@ def test_each_score_is_the_scalar_rating_relative_to_the_best() -> None:
         for (meet, speed), i, prefill in zip(rated, imposed, prefills, strict=True)
     ]
     np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_a_wait_past_the_fastest_candidates_counts_wait_weight_times() -> None:
+    """``wait_weight``: in the speed share, TTFT more than ``wait_slack`` over the fastest
+    candidate's counts ``1 + wait_weight`` times; the chance of meeting the objective is
+    the plain prediction's. The compiled loop equals ``rate`` given the fastest TTFT."""
+    rng = np.random.default_rng(11)
+    base, per, tpot, imposed = terms(rng, 16)
+    shares = np.zeros(16)
+    objective = Objective(ttft_ms=500, tpot_ms=25)
+    tokens, prompt, harm = 150.0, 1200.0, 0.02
+    scorer = LatencyScorer(wait_weight=8.0, wait_slack=0.05)
+    ttfts = base + per * prompt
+    fastest = float(ttfts.min())
+    out = np.empty(16)
+    best = latency_kernel.scores(
+        *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
+        *(8.0, 0.05 * 0.5, out),
+    )
+    rated = [
+        scorer.rate(float(t), float(tp), objective, tokens, fastest)
+        for t, tp in zip(ttfts, tpot, strict=True)
+    ]
+    plain = [
+        scorer.rate(float(t), float(tp), objective, tokens)
+        for t, tp in zip(ttfts, tpot, strict=True)
+    ]
+    assert [m for m, _ in rated] == [m for m, _ in plain]  # the chance is untouched
+    assert best == pytest.approx(max(m for m, _ in rated), rel=1e-12)
+    expected = [
+        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prompt)
+        for (meet, speed), i in zip(rated, imposed, strict=True)
+    ]
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    # Within the slack of the fastest nothing changes; past it the speed share falls.
+    for t, (_, waited), (_, unweighted) in zip(ttfts, rated, plain, strict=True):
+        if t <= fastest + 0.025:
+            assert waited == unweighted
+        else:
+            assert waited < unweighted

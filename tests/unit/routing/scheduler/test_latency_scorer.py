@@ -192,6 +192,28 @@ def test_a_long_prompt_takes_the_shorter_prefill_queue_over_fewer_requests() -> 
     assert pick({"neighbour_weight": 1.0}) == "plain-1"
 
 
+def test_wait_weight_moves_a_long_prompt_off_a_queue_to_the_next_best_engine() -> None:
+    """A retrieval prompt behind 1,000 queued prompt tokens on the n-gram engine: by
+    expected end-to-end time alone it still waits there (prompt lookup's TPOT pays for
+    the ~30 ms), with ``wait_weight`` it takes EAGLE-3, the next best by TPOT, not the
+    idle plain engine with the lowest TTFT."""
+
+    def pick(params: dict[str, float], queued: int) -> str:
+        routing = {**LATENCY_ONLY, "scorers": [{"type": "latency", "params": params}]}
+        s = healthy_scheduler(mixed_fleet(routing=routing))
+        for b in s.fleet.backends.values():
+            b.local_inflight = 2
+        s.fleet.backends["ngram-0"].prefill_pending = queued
+        return chosen(s, "rag", tokens=1200, max_tokens=150)
+
+    assert pick({}, 1000) == "ngram-0"
+    assert pick({"wait_weight": 8.0}, 1000) == "eagle-0"
+    assert pick({"wait_weight": 8.0}, 0) == "ngram-0"  # no queue, no wait to weigh
+    # Within the slack (5% of the 500 ms objective: 25 ms) a 28 ms wait counts once.
+    assert pick({"wait_weight": 8.0, "wait_slack": 0.05}, 1000) == "ngram-0"
+    assert pick({"wait_weight": 8.0, "wait_slack": 0.05}, 2000) == "eagle-0"
+
+
 def test_saturated_requests_go_to_the_fewest_queued_prompt_tokens() -> None:
     """Past ``saturated_below`` (every chance small), the blend moves to the backend with
     the fewest prompt tokens waiting, even where a learned correction says otherwise."""
@@ -217,6 +239,8 @@ def test_scorer_params_are_validated() -> None:
         ({"spread": 0}, "spread"),
         ({"latency_weight": 2}, "latency_weight"),
         ({"saturated_below": 1.5}, "saturated_below"),
+        ({"wait_weight": -1}, "wait_weight"),
+        ({"wait_slack": -0.1}, "wait_slack"),
     ):
         with pytest.raises(ValueError, match=what):
             LatencyScorer(**bad)
@@ -230,7 +254,13 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
     assert [(p.type, p.params) for p in policy.routing.scorers] == [
         (
             "latency",
-            {"spread": 4, "latency_weight": 0.25, "neighbour_weight": 0.25, "saturated_below": 0.5},
+            {
+                "spread": 4,
+                "latency_weight": 0.25,
+                "neighbour_weight": 0.25,
+                "saturated_below": 0.5,
+                "wait_weight": 8,
+            },
         )
     ]
     assert policy.overload.shed_above == 1.0  # refused past the objective in overload
