@@ -8,32 +8,31 @@ request's objective (the policy's ``slo`` section, by model and class):
 each read off a log-logistic curve around the prediction, ``1 / (1 + (predicted /
 objective) ** spread)`` (one half when the prediction sits on the objective; ``spread``
 says how sure the model is), TPOT counting only when the request is expected to produce
-more than one token. That chance counts relative to the best backend's, so under
-overload, where every chance is small, the best one still stands out. A share
-``latency_weight`` of the score goes to low expected
-end-to-end latency for the expected output length (class prior and ``max_tokens``):
-``budget / (budget + TTFT + TPOT * (n - 1))`` with ``budget`` what the objective allows
-for n tokens, where TTFT more than ``wait_slack`` (a share of the TTFT objective) over the
-fastest candidate's counts ``1 + wait_weight`` times: a user waits for the first token
-with nothing to read, and among engines of like decode speed a long prompt should take
-the one without a prefill queue; 8 in policies/default.yaml brought the light-load TTFT
-p99 to within 10% of round-robin's for 1-2% of goodput there, where by end-to-end time
-alone it queued behind other long prompts on the engine that drafts them best
-(loadtests/README.md, issue 15). That share ranks the backends when all of them (light load) or none of them
-(overload) are likely to meet the objective; the batch a request joins, the prompts queued
-ahead of it and the prefills beside it are all in the predictions, so load balance needs
-no separate vote. What the request costs the others counts too: the score is divided by
-``1 + neighbour_weight * harm``, the harm being the decode delay its prefill imposes on
-the requests already on the backend (summed) over a typical request's TPOT budget
-(``tpot_goal`` times typical output tokens): long prompts go where few decodes would
-feel them. That harm grows with the requests on a backend, not with the prompt tokens
-queued there: weighed at 1 it outweighed the prefill queue under overload and crowded
-long prompts onto the backends with the fewest requests, as least-loaded does; 0.25 by
-default (loadtests/README.md, issue 15). Break-even and acceptance are inputs of the
-model too: speculation wins exactly where the measured acceptance makes its step
-cheaper per token at the batch it would join. Optionally (``saturated_below`` > 0; 0.5
-in policies/default.yaml) the score moves towards the fewest prompt tokens queued for
-prefill once even the best chance falls under that value.
+more than one token. That chance counts relative to the best backend's, so under overload,
+where every chance is small, the best one still stands out. A share ``latency_weight`` of
+the score goes to low expected end-to-end latency for the expected output length (class
+prior and ``max_tokens``): ``budget / (budget + TTFT + TPOT * (n - 1))`` with ``budget``
+what the objective allows for n tokens, where TTFT more than ``wait_slack`` (a share of
+the TTFT objective) over the fastest candidate's counts ``1 + wait_weight`` times: a user
+waits for the first token with nothing to read, and among engines of like decode speed a
+long prompt should take the one without a prefill queue; 8 in policies/default.yaml
+brought the light-load TTFT p99 to within 10% of round-robin's for 1-2% of goodput there,
+where by end-to-end time alone it queued behind other long prompts on the engine that
+drafts them best (loadtests/README.md, issue 15). That share ranks the backends when all
+of them (light load) or none of them (overload) are likely to meet the objective; the
+batch a request joins, the prompts queued ahead of it and the prefills beside it are all
+in the predictions, so load balance needs no separate vote. What the request costs the
+others counts too: the score is divided by ``1 + neighbour_weight * harm``, the harm being
+the decode delay its prefill imposes on the requests already on the backend (summed) over
+a typical request's TPOT budget (``tpot_goal`` times typical output tokens): long prompts
+go where few decodes would feel them. That harm grows with the requests on a backend, not
+with the prompt tokens queued there: weighed at 1 it outweighed the prefill queue under
+overload and crowded long prompts onto the backends with the fewest requests, as
+least-loaded does; 0.25 by default (loadtests/README.md, issue 15). Break-even and
+acceptance are inputs of the model too: speculation wins exactly where the measured
+acceptance makes its step cheaper per token at the batch it would join. Optionally
+(``saturated_below`` > 0; 0.5 in policies/default.yaml) the score moves towards the fewest
+prompt tokens queued for prefill once even the best chance falls under that value.
 
 The model keeps each backend's request-independent terms current between requests, as
 arrays over the candidates (proxy/routing/latency.py), and a decision runs one compiled
