@@ -469,7 +469,7 @@ class Gateway:
         prediction: Prediction,
     ) -> _Attempt:
         """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
-        forecast = self.runtime.latency.dispatch(backend, decision.request, prediction=prediction)
+        forecast = self.runtime.latency.dispatch(backend, decision.request, prediction)
         backend.local_inflight += 1
         # Its prompt's prefill is pending on the backend until the first byte comes back
         # (the load scorer and the latency model count it): the body size over a

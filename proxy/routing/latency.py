@@ -601,16 +601,11 @@ class LatencyModel:
         return state
 
     def dispatch(
-        self,
-        backend: BackendState,
-        request: RequestInfo,
-        cached_share: float = 0.0,
-        prediction: Prediction | None = None,
+        self, backend: BackendState, request: RequestInfo, p: Prediction
     ) -> LatencyForecast:
-        """The prediction for the backend a request is being sent to, before it counts
-        there (``prediction``: that one, already made by ``predict``); records the prompt
-        tokens it will prefill there in the backend's prompt-token rate."""
-        p = prediction or self.predict(backend, request, cached_share)
+        """The forecast of a request being sent to ``backend``, from ``p``, its
+        ``predict`` there before it counts there; records the prompt tokens it will
+        prefill there in the backend's prompt-token rate."""
         online = self._online[backend.name]
         now = self.clock()
         prefill = p.prompt_tokens - p.cached_tokens

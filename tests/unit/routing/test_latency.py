@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.records import Outcome, RequestInfo
+from proxy.records import LatencyForecast, Outcome, RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
@@ -42,6 +42,13 @@ def setup(**sections: object) -> tuple[LatencyModel, Fleet, Clock]:
 def request(label: str = "chat", tokens: int = 1000, max_tokens: int | None = None) -> RequestInfo:
     # 4 bytes per token until the model has learned better.
     return RequestInfo("m", label, prompt_bytes=4 * tokens, max_tokens=max_tokens)
+
+
+def send(
+    model: LatencyModel, backend: BackendState, r: RequestInfo, cached_share: float = 0.0
+) -> LatencyForecast:
+    """Dispatch as the gateway does: predicted on the backend, then counted there."""
+    return model.dispatch(backend, r, model.predict(backend, r, cached_share))
 
 
 def test_idle_plain_engine_matches_the_calibration() -> None:
@@ -131,7 +138,7 @@ def test_prompts_sent_to_an_engine_slow_its_decodes() -> None:
     plain = fleet.backends["plain-0"]
     before = model.predict(plain, request()).tpot_s
     for _ in range(40):  # 40 x 1000 tokens within 2 s: 20k tokens/s of prefill
-        model.dispatch(plain, request())
+        send(model, plain, request())
         clock.now += 0.05
     p = model.predict(plain, request())
     # Seen through the 2 s window (~63% of the burst's weight): ~0.3 of the engine's time.
@@ -184,7 +191,7 @@ def test_kept_terms_follow_load_outcomes_and_time() -> None:
     loaded = batch()
     assert loaded[0] > idle[0] and loaded[1] > idle[1] and loaded[2] > idle[2] == 0
     assert loaded == single()
-    forecast = model.dispatch(plain, request(tokens=800))
+    forecast = send(model, plain, request(tokens=800))
     assert batch()[1] > loaded[1]  # its prompt now counts in the prefill share
     outcome = Outcome("plain-0", "plain", False, "chat", 0, clock.now, ok=True, forecast=forecast)
     outcome.first_byte = clock.now + 3 * forecast.model_ttft_s
@@ -268,7 +275,7 @@ def test_online_correction_converges_to_what_the_backend_delivers() -> None:
     model, fleet, clock = setup()
     plain = fleet.backends["plain-0"]
     for _ in range(150):
-        forecast = model.dispatch(plain, request(tokens=500, max_tokens=100))
+        forecast = send(model, plain, request(tokens=500, max_tokens=100))
         ttft = 2.0 * forecast.model_ttft_s
         tpot = 1.5 * forecast.model_tpot_s
         outcome = Outcome(
@@ -300,7 +307,7 @@ def test_expected_output_follows_the_class_share_of_max_tokens() -> None:
     assert model.output_tokens("code", 20) == 20.0
     plain = fleet.backends["plain-0"]
     for _ in range(100):
-        forecast = model.dispatch(plain, request("code", max_tokens=200))
+        forecast = send(model, plain, request("code", max_tokens=200))
         outcome = Outcome(
             "plain-0", "plain", False, "code", 0, clock.now, ok=True, forecast=forecast
         )
@@ -339,7 +346,7 @@ def test_a_gpu_name_selects_its_derived_profile() -> None:
 def test_a_unary_response_teaches_sizes_but_not_latency() -> None:
     model, fleet, clock = setup()
     plain = fleet.backends["plain-0"]
-    forecast = model.dispatch(plain, request(tokens=500, max_tokens=100))
+    forecast = send(model, plain, request(tokens=500, max_tokens=100))
     outcome = Outcome("plain-0", "plain", False, "chat", 0, clock.now, ok=True, forecast=forecast)
     # Its first byte is the whole completion: 5x the predicted TTFT, but no TTFT at all.
     outcome.first_byte = outcome.finished = clock.now + 5 * forecast.model_ttft_s
@@ -378,7 +385,7 @@ def test_kept_terms_equal_one_by_one_predictions_through_any_writes(seed: int) -
             model.acceptance.observe(b.name, rng.choice(labels), rng.uniform(0, 3), 3.0)
         elif kind == 5:
             r = request(rng.choice(labels), tokens=rng.randint(10, 4000))
-            forecast = model.dispatch(b, r)
+            forecast = send(model, b, r)
             outcome = Outcome(b.name, b.pool, b.speculative, r.label, 0, clock.now)
             outcome.ok, outcome.forecast = True, forecast
             outcome.first_byte = clock.now + forecast.model_ttft_s * rng.uniform(0.5, 3)
@@ -411,7 +418,7 @@ def test_a_catch_up_recomputes_the_written_rows_before_the_next_request() -> Non
     model.catch_up()  # no request yet: nothing kept, nothing to do
     batch_form(model, fleet, backends, request("chat"))
     eagle = fleet.backends["eagle-0"]
-    model.dispatch(eagle, request("chat", tokens=800))
+    send(model, eagle, request("chat", tokens=800))
     eagle.local_inflight += 1
     model.acceptance.observe("eagle-0", "chat", 0.3, 3.0)
     recomputed.clear()
@@ -445,7 +452,7 @@ def test_a_cached_share_of_the_prompt_is_not_prefilled_again() -> None:
     assert cached.imposed_s == pytest.approx(whole.imposed_s / 4)
     assert model.predict(plain, request(tokens=1000), cached_share=1.0).cached_tokens == 999
     assert "(750 more cached)" in cached.describe()
-    forecast = model.dispatch(plain, request(tokens=1000), cached_share=0.75)
+    forecast = send(model, plain, request(tokens=1000), 0.75)
     assert (forecast.prompt_tokens, forecast.cached_tokens) == (1000, 750)
     assert model._online["plain-0"].prefill_sum == pytest.approx(250)
 
@@ -455,7 +462,7 @@ def test_unloaded_is_the_prediction_on_the_idle_engine_whatever_its_load(name: s
     model, fleet, clock = setup()
     backend = fleet.backends[name]
     for _ in range(20):  # corrections learned (x1.6 TTFT, x1.3 TPOT) and a prompt rate
-        forecast = model.dispatch(backend, request(tokens=800, max_tokens=50))
+        forecast = send(model, backend, request(tokens=800, max_tokens=50))
         outcome = Outcome(name, backend.spec.pool, False, "code", 0, clock.now, ok=True)
         outcome.forecast = forecast
         outcome.first_byte = clock.now + 1.6 * forecast.model_ttft_s
