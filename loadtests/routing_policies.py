@@ -63,7 +63,9 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
 - ``specroute-cap24``: what ships without shedding, every backend's ``max_concurrency``
   fixed at 24 instead (past it the capacity filter leaves no backend: a 503): the fixed
   cap a deployment would have to find for its own engines, to set beside the shedding
-  the latency model decides.
+  the latency model decides;
+- ``specroute-no-wait``: what ships with the latency scorer's ``wait_weight`` at 0 (a wait
+  for the first token counts once in the expected end-to-end time; 8 ships).
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -73,6 +75,7 @@ shipped in ``policies/default.yaml`` (n-gram 48, EAGLE-3 64 requests per backend
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -191,18 +194,23 @@ _LATENCY_EXPERIMENTS: dict[str, dict[str, float]] = {
 }
 
 
-# What ships (``specroute-default``), and variants of it: another overload section (None:
-# the shipped one), every backend's ``max_concurrency`` fixed (None: the fleet's own).
-_SHIPPED_VARIANTS: dict[str, tuple[dict[str, float] | None, int | None]] = {
-    "specroute-default": (None, None),
-    "specroute-no-shed": ({"shed_above": 0.0}, None),
-    "specroute-shed-2x": ({"shed_above": 2.0}, None),
-    "specroute-cap24": ({"shed_above": 0.0}, 24),
-    "specroute-no-wait": (None, None),
-}
-# Shipped variants with other latency-scorer params (over the shipped ones).
-_SHIPPED_LATENCY_PARAMS: dict[str, dict[str, float]] = {
-    "specroute-no-wait": {"wait_weight": 0.0},
+@dataclass(frozen=True, slots=True)
+class _Shipped:
+    """What ships (``specroute-default``), or a variant of it: another overload section
+    (None: the shipped one), every backend's ``max_concurrency`` fixed (None: the fleet's
+    own), latency-scorer params over the shipped ones."""
+
+    overload: dict[str, float] | None = None
+    cap: int | None = None
+    latency: dict[str, float] = field(default_factory=dict)
+
+
+_SHIPPED_VARIANTS: dict[str, _Shipped] = {
+    "specroute-default": _Shipped(),
+    "specroute-no-shed": _Shipped(overload={"shed_above": 0.0}),
+    "specroute-shed-2x": _Shipped(overload={"shed_above": 2.0}),
+    "specroute-cap24": _Shipped(overload={"shed_above": 0.0}, cap=24),
+    "specroute-no-wait": _Shipped(latency={"wait_weight": 0.0}),
 }
 
 
@@ -273,13 +281,14 @@ def build_policy(
         policy |= {"backends": everything, **_specroute("learned", break_even)}
     elif name in _SHIPPED_VARIANTS:
         shipped = shipped_sections()
-        overload, cap = _SHIPPED_VARIANTS[name]
-        if overload is not None:
-            shipped["overload"] = overload
+        variant = _SHIPPED_VARIANTS[name]
+        if variant.overload is not None:
+            shipped["overload"] = variant.overload
         for scorer in shipped["routing"]["scorers"]:
             if scorer["type"] == "latency":
-                scorer["params"] = {**scorer["params"], **_SHIPPED_LATENCY_PARAMS.get(name, {})}
+                scorer["params"] = {**scorer["params"], **variant.latency}
         pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
+        cap = variant.cap
         backends = (
             everything if cap is None else [{**b, "max_concurrency": cap} for b in everything]
         )
