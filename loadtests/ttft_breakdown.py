@@ -15,6 +15,10 @@ core or in a system call):
   end of the first body write to the client (the ASGI ``send`` of the first chunk; the
   response head's send, before it, is timed as a step).
 
+Steps that end between the two spans (after the upstream write, before the first byte:
+the accounting, the route's explanation) are listed apart, "while the backend works":
+their CPU overlaps the backend's own time to first byte.
+
 ``other`` is the span minus its named steps (the handler's own code, the event loop between
 awaits). Run it against another checkout with that tree first on ``PYTHONPATH``:
 ``PYTHONPATH=<tree> python <this tree>/loadtests/ttft_breakdown.py``. ``--delay-ms 10``
@@ -54,6 +58,9 @@ RESPONSE_START = "response start (ASGI send)"
 
 # A step's or span's wall time is kept under its name with this suffix.
 WALL = " (wall)"
+# Steps ending after the upstream write and before the first byte, under their name with
+# this suffix.
+WHILE = " [while the backend works]"
 
 
 def _now() -> tuple[int, int]:
@@ -73,6 +80,8 @@ class Clock:
 
     def add(self, name: str, start: tuple[int, int]) -> None:
         cpu, wall = _now()
+        if "write" in self.marks and "chunk" not in self.marks:
+            name += WHILE
         self.steps[name] = self.steps.get(name, 0) + cpu - start[0]
         self.steps[name + WALL] = self.steps.get(name + WALL, 0) + wall - start[1]
 
@@ -129,8 +138,10 @@ def instrumented(clock: Clock) -> Iterator[None]:
         (handler.Gateway, "_caller", "caller (trace, auth)"),
         (FrontDoor, "admit", "admit (tenant)"),
         (Scheduler, "schedule", "schedule"),
+        (handler.Gateway, "_predict", "predict"),
         (handler.Gateway, "_account", "account (incl. forecast)"),
         (LatencyModel, "dispatch", "latency forecast"),
+        (handler.Gateway, "_prepare", "prepare (route, headers)"),
         (handler.Gateway, "_upstream_headers", "upstream headers"),
         (upstream_h1, "_request_head", "upstream request head"),
         (handler.Gateway, "_response_headers", "response headers"),
@@ -281,6 +292,7 @@ def report(rows: list[dict[str, int]]) -> str:
         "caller (trace, auth)",
         "admit (tenant)",
         "schedule",
+        "predict",
         "account (incl. forecast)",
         "latency forecast",
         "upstream headers",
@@ -290,7 +302,8 @@ def report(rows: list[dict[str, int]]) -> str:
     lines = [f"{len(rows)} requests, c=1, µs per request (thread CPU, then wall)"]
     head = "".join(f"{h:>9}" for h in ("cpu p50", "cpu p99", "wall p50", "wall p99"))
     lines.append(f"  {'step':<34}{head}")
-    for span, names in ((BEFORE, before), (AFTER, after)):
+    for span, listed in ((BEFORE, before), (AFTER, after)):
+        names = [n for n in listed if any(n in row for row in rows)]  # the steps taken there
         named = [n for n in names if n != "latency forecast"]  # inside "account"
         columns: dict[str, list[int]] = defaultdict(list)
         for row in rows:
@@ -308,6 +321,18 @@ def report(rows: list[dict[str, int]]) -> str:
                 f"{_pct(v, q):>9.1f}" for v, q in zip(figures, (0.5, 0.99) * 2, strict=True)
             )
             lines.append(f"  {label:<34}{cells}")
+    # The route's explanation runs only here (in "response headers" when the first byte
+    # came before the loop's next turn).
+    steps = [*before, "prepare (route, headers)", *after]
+    meanwhile = [n for n in steps if any(n + WHILE in row for row in rows)]
+    if meanwhile:
+        lines.append(f"  {WHILE.strip(' []')} (after the write, before the first byte):")
+        for name in meanwhile:
+            figures = [[row.get(name + WHILE + w, 0) for row in rows] for w in ("", "", WALL, WALL)]
+            cells = "".join(
+                f"{_pct(v, q):>9.1f}" for v, q in zip(figures, (0.5, 0.99) * 2, strict=True)
+            )
+            lines.append(f"  {'    ' + name:<34}{cells}")
     return "\n".join(lines)
 
 

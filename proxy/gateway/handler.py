@@ -1,8 +1,9 @@
 """The request path: read, classify, schedule, dispatch with retries, relay, tell listeners.
 
-One attempt on one backend goes through named steps: accounting (:meth:`Gateway._account`),
-dispatch up to the first byte (:meth:`Gateway._dispatch`, which classifies failures as
-:class:`~proxy.errors.UpstreamFailure`), relay (:meth:`Gateway._relay`) and cleanup
+One attempt on one backend goes through named steps: dispatch up to the first byte
+(:meth:`Gateway._dispatch`, which classifies failures as
+:class:`~proxy.errors.UpstreamFailure`), accounting (:meth:`Gateway._account`, called by the
+upstream client once the request is written), relay (:meth:`Gateway._relay`) and cleanup
 (:meth:`Gateway._cleanup`). The retry decision is :meth:`Gateway._attempts`: any failure
 before the client saw a byte is retried on another backend.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -99,9 +101,14 @@ class _Attempt:
     backend: BackendState
     rid: bytes
     outcome: Outcome
-    # The prompt's prefill estimate still counted on the backend (0 once the first byte came).
-    prefill: int
     caller: _Caller = _Caller()
+    # The latency model's prediction on the backend before the request counts there: made
+    # before the upstream write only where the overload guard judges it, else by ``_account``.
+    prediction: Prediction | None = None
+    # Counted on its backend (``_account``): what cleanup undoes.
+    counted: bool = False
+    # The prompt's prefill estimate still counted on the backend (0 once the first byte came).
+    prefill: int = 0
     upstream: UpstreamResponse | None = None
     route: Route | None = None
     # The response's headers that do not depend on the backend's answer (``_prepare``).
@@ -293,10 +300,10 @@ class Gateway:
                 break
             backend = chosen.backend
             tried.add(backend.name)
-            prediction = self._predict(decision, backend)
-            if number == 1:  # a retry's request has already waited: not refused
-                self.overload.admit(decision.request, backend, prediction)
-            attempt = self._account(parsed, decision, backend, rid, number, caller, prediction)
+            attempt = self._attempt(parsed, decision, backend, rid, number, caller)
+            if number == 1 and self.overload.sheds:  # a retry has already waited: not refused
+                attempt.prediction = self._predict(decision, backend)
+                self.overload.admit(decision.request, backend, attempt.prediction)
             attempt.wait_s = min(self.settings.first_byte_timeout_s, max(left, 0.0))
             if self.settings.resume_streams and resumable(parsed):
                 attempt.keep = []
@@ -390,9 +397,7 @@ class Gateway:
         tried.add(backend.name)
         parsed = dataclasses.replace(served.parsed, body=body, raw=orjson.dumps(body))
         number = served.outcome.attempts + 1
-        prediction = self._predict(decision, backend)
-        caller = served.caller
-        attempt = self._account(parsed, decision, backend, served.rid, number, caller, prediction)
+        attempt = self._attempt(parsed, decision, backend, served.rid, number, served.caller)
         attempt.outcome.text = None  # a partial output: nothing to compare
         attempt.keep = served.keep
         known = partial.prompt_token_ids
@@ -420,9 +425,6 @@ class Gateway:
     async def _try(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
         """Dispatch and relay one attempt; raises :class:`UpstreamFailure` before a first byte."""
         try:
-            # Write-behind: a round trip to a shared store must not delay the first token;
-            # the release in cleanup waits for both writes, in order.
-            self.store.count_inflight(attempt.backend.name, 1)
             try:
                 first = await self._dispatch(attempt, watch)
             except UpstreamOverloaded as busy:
@@ -458,7 +460,7 @@ class Gateway:
         share = self.scheduler.cached_share(decision, backend)
         return self.runtime.latency.predict(backend, decision.request, share)
 
-    def _account(
+    def _attempt(
         self,
         parsed: ParsedRequest,
         decision: Decision,
@@ -466,34 +468,53 @@ class Gateway:
         rid: bytes,
         number: int,
         caller: _Caller,
-        prediction: Prediction,
     ) -> _Attempt:
-        """Count the request on its backend (in flight, pending prefill); undone by cleanup."""
-        forecast = self.runtime.latency.dispatch(backend, decision.request, prediction)
-        backend.local_inflight += 1
-        # Its prompt's prefill is pending on the backend until the first byte comes back
-        # (the load scorer and the latency model count it): the body size over a
-        # bytes-per-token ratio learned per class from the usage the backends report
-        # (LatencyModel.prompt_tokens; estimate_prompt_tokens' 4 until measured), less what
-        # its engine likely has cached where the routing hashed the prompt's chunks.
-        prefill = forecast.prompt_tokens - forecast.cached_tokens
-        backend.prefill_pending += prefill
+        """An attempt on the backend the decision chose, not counted there yet."""
         outcome = Outcome(
             backend=backend.name,
             pool=backend.spec.pool,
             speculative=backend.speculative,
             label=decision.request.label,
-            load=backend.inflight,
+            load=0,  # the backend's in-flight count with this request: set by ``_account``
             started=time.monotonic(),
             attempts=number,
-            forecast=forecast,
         )
         sampler = self.sampler
         # Responses API outputs are not replayed (the comparison reads chat/completions).
         comparable = parsed.kind is not Endpoint.RESPONSES and parsed.greedy and parsed.n == 1
         if comparable and sampler and sampler.should_capture(backend):
             outcome.text = []  # this output will be replayed and compared: capture it
-        return _Attempt(parsed, decision, backend, rid, outcome, prefill, caller)
+        return _Attempt(parsed, decision, backend, rid, outcome, caller)
+
+    def _account(self, attempt: _Attempt) -> None:
+        """Count the request on its backend (in flight, pending prefill; undone by cleanup)
+        and keep its forecast. The upstream client calls this once the request is written,
+        or before it first waits for a connection (``UpstreamClient.post``): no other
+        request decides in between, and the engine starts on the prompt meanwhile."""
+        backend, request = attempt.backend, attempt.decision.request
+        prediction = attempt.prediction
+        if prediction is None:
+            prediction = self._predict(attempt.decision, backend)
+        forecast = self.runtime.latency.dispatch(backend, request, prediction)
+        backend.local_inflight += 1
+        # Its prompt's prefill is pending on the backend until the first byte comes back
+        # (the load scorer and the latency model count it): the body size over a
+        # bytes-per-token ratio learned per class from the usage the backends report
+        # (LatencyModel.prompt_tokens; estimate_prompt_tokens' 4 until measured), less what
+        # its engine likely has cached where the routing hashed the prompt's chunks.
+        attempt.prefill = forecast.prompt_tokens - forecast.cached_tokens
+        backend.prefill_pending += attempt.prefill
+        attempt.counted = True
+        outcome = attempt.outcome
+        outcome.load, outcome.forecast = backend.inflight, forecast
+        # Write-behind: a round trip to a shared store must not delay the first token; the
+        # release in cleanup waits for both writes, in order.
+        self.store.count_inflight(backend.name, 1)
+        # The route's explanation and the response headers are built while the backend
+        # works on the prompt, not after its first byte; the scheduler's catch-up after
+        # them (the route's sentence writes the backend too).
+        asyncio.get_running_loop().call_soon(self._prepare, attempt)
+        self._catch_up_soon()
 
     def _first_byte_came(self, attempt: _Attempt) -> None:
         # The first byte (a streamed response's first chunk, or the whole of a unary one) or
@@ -503,14 +524,16 @@ class Gateway:
 
     async def _cleanup(self, attempt: _Attempt) -> None:
         backend, outcome = attempt.backend, attempt.outcome
-        backend.local_inflight -= 1
-        if attempt.prefill:  # no first byte: failed, timed out, retried, client gone
-            backend.prefill_pending -= attempt.prefill
+        if attempt.counted:
+            backend.local_inflight -= 1
+            if attempt.prefill:  # no first byte: failed, timed out, retried, client gone
+                backend.prefill_pending -= attempt.prefill
         if attempt.upstream is not None and outcome.finished == 0.0:
             await attempt.upstream.abort()
         if outcome.finished == 0.0:
             outcome.finished = time.monotonic()
-        await self.store.add_inflight(backend.name, -1)
+        if attempt.counted:
+            await self.store.add_inflight(backend.name, -1)
         if outcome.first_byte is not None or outcome.client_gone:
             route = attempt.route or self._route(attempt)
             for listener in self.listeners:
@@ -540,14 +563,11 @@ class Gateway:
         timeout = attempt.wait_s
         if timeout is None:  # a continuation: its stream has started, no budget applies
             timeout = self.settings.first_byte_timeout_s
-        # Runs once the request is on its way: the route's explanation and the response
-        # headers are built while the backend works on the prompt, not after its first byte.
-        asyncio.get_running_loop().call_soon(self._prepare, attempt)
-        self._catch_up_soon()  # after the prepare: its route text writes the backend too
+        written = functools.partial(self._account, attempt)
         try:
             async with asyncio.timeout(timeout):
                 url = backend.spec.url + parsed.kind.path
-                upstream = await self.upstream.post(url, body, headers)
+                upstream = await self.upstream.post(url, body, headers, written=written)
                 attempt.upstream = upstream
                 outcome.status = upstream.status
                 if upstream.status in (429, 503):

@@ -35,6 +35,12 @@ class OverloadGuard:
         self._metrics = metrics
         self._rng = rng or random.Random()
 
+    @property
+    def sheds(self) -> bool:
+        """Whether the policy in force refuses requests at all: only then is a request's
+        prediction needed before it is sent (``Gateway._attempts``)."""
+        return self._scheduler.policy.overload.shed_above > 0
+
     def admit(self, request: RequestInfo, backend: BackendState, prediction: Prediction) -> None:
         """Raise a 503 :class:`GatewayError` when the policy sheds and ``prediction`` (the
         request's on the backend chosen for it) misses its objective by more than the

@@ -13,7 +13,7 @@ health, shadow replays) and as another hop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 import aiohttp
@@ -63,12 +63,24 @@ class UpstreamResponse(Protocol):
         """The body was read to the end: return the connection to the pool."""
 
 
+# Called by ``UpstreamClient.post`` once the request is on its way (see there).
+Written = Callable[[], None]
+
+
 class UpstreamClient(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse: ...
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, written: Written | None = None
+    ) -> UpstreamResponse:
+        """Send the request; its response once the head is in. ``written`` is called once:
+        right after the request is written to the backend's connection, or before the
+        client first waits (for a connection) if that comes first. So no other task runs
+        between the call and ``written``: what the caller does there (the request path's
+        accounting) is done before any other request decides, yet off the backend's way
+        when a pooled connection is at hand."""
 
 
 class _AiohttpResponse:
@@ -126,8 +138,12 @@ class AiohttpUpstream:
             await self._session.close()
             self._session = None
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, written: Written | None = None
+    ) -> UpstreamResponse:
         assert self._session is not None, "start() first"
+        if written is not None:
+            written()  # aiohttp may wait for a connection before it writes
         try:
             resp = await self._session.post(url, data=body, headers=dict(headers))
         except TimeoutError as exc:
@@ -183,9 +199,13 @@ class HttpxUpstream:
             await self._client.aclose()
             self._client = None
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, written: Written | None = None
+    ) -> UpstreamResponse:
         assert self._client is not None, "start() first"
         request = self._client.build_request("POST", url, content=body, headers=headers)
+        if written is not None:
+            written()  # httpx may wait for a connection before it writes
         try:
             resp = await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from proxy.gateway.upstream import UpstreamError, UpstreamResponse, passed_headers
+from proxy.gateway.upstream import UpstreamError, UpstreamResponse, Written, passed_headers
 from proxy.settings import Settings
 
 # Bytes buffered from a backend before its socket stops being read.
@@ -196,13 +196,20 @@ class _Pool:
         self._connect_timeout = connect_timeout_s
         self._tls: ssl.SSLContext | None = None
 
+    def take(self, key: Key) -> _Connection | None:
+        """An idle connection to ``key``, without waiting (``None``: none is idle)."""
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
     async def acquire(self, key: Key) -> _Connection:
         while True:
-            idle = self._idle.get(key)
-            while idle:
-                conn = idle.pop()
-                if not conn.closed:
-                    return conn
+            conn = self.take(key)
+            if conn is not None:
+                return conn
             if len(self._open) < self._limit:
                 return await self._connect(key)
             if not self._close_idle_elsewhere():
@@ -353,16 +360,27 @@ class H1Upstream:
             target = self._targets[url] = _Target(url)
         return target
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, written: Written | None = None
+    ) -> UpstreamResponse:
         pool = self._pool
         assert pool is not None, "start() first"
         target = self._target(url)
         head = _request_head(target.head, headers, len(body))
         while True:
-            conn = await pool.acquire(target.key)
+            conn = pool.take(target.key)
+            if conn is None:
+                if written is not None:  # about to wait (a connect, a full pool): now
+                    written()
+                    written = None
+                conn = await pool.acquire(target.key)
             reused = conn.used
             try:
-                await conn.send(head, body)
+                answered = conn.send(head, body)
+                if written is not None:
+                    written()
+                    written = None
+                await answered
             except _StaleConnection:
                 if reused:
                     continue  # closed in the pool: each such one is dropped, then a fresh one

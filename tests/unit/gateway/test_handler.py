@@ -16,7 +16,7 @@ from proxy.gateway.auth import FrontDoor, LocalLimiter, TenantMetrics
 from proxy.gateway.handler import Gateway
 from proxy.gateway.relay import Message
 from proxy.gateway.runtime import Runtime
-from proxy.gateway.upstream import UpstreamError, UpstreamResponse
+from proxy.gateway.upstream import UpstreamError, UpstreamResponse, Written
 from proxy.metrics import GatewayMetrics
 from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint, Outcome, ParsedRequest, Route
@@ -78,8 +78,12 @@ class FakeUpstream:
 
     async def close(self) -> None: ...
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, written: Written | None = None
+    ) -> UpstreamResponse:
         self.urls.append(url)
+        if written is not None:
+            written()  # sent: a connect error below comes after it, as from a fresh connection
         await asyncio.sleep(0)  # a backend answers on a later pass of the loop
         step = self.script.pop(0)
         if step.error is not None:
@@ -232,6 +236,56 @@ async def test_the_scheduler_catches_up_while_the_backend_works_and_after_the_en
     inflight, pending = seen[0][served]
     assert inflight == 1 and pending > 0  # the request counted, its prompt queued
     assert seen[1][served] == (0, 0)
+
+
+async def test_a_request_counts_on_its_backend_once_it_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The accounting (in-flight count, pending prompt, forecast, the store's count) runs
+    when the upstream client reports the request written, not before the write; an attempt
+    never written (refused by the client before it) is neither counted nor undone."""
+    gateway, upstream, recorder = build([Scripted(body=STREAM)] * 2)
+    fleet = gateway.runtime.fleet.backends
+    deltas: list[int] = []
+    monkeypatch.setattr(gateway.store, "count_inflight", lambda name, d: deltas.append(d))
+
+    async def add_inflight(name: str, delta: int) -> None:
+        deltas.append(delta)
+
+    monkeypatch.setattr(gateway.store, "add_inflight", add_inflight)
+    seen: list[tuple[int, int, bool]] = []
+    post, refusals = upstream.post, [True, False]
+
+    def state() -> tuple[int, int, bool]:
+        pending = sum(b.prefill_pending for b in fleet.values())
+        return sum(b.local_inflight for b in fleet.values()), pending, bool(deltas)
+
+    async def watched(
+        url: str, body: bytes, headers: Mapping[str, str], *, written: Written | None = None
+    ) -> UpstreamResponse:
+        assert written is not None
+        seen.append(state())
+        if refusals.pop(0):  # the first attempt: refused before anything is written
+            raise UpstreamError("connect", "invalid value for header x")
+
+        def counted() -> None:
+            written()
+            seen.append(state())
+
+        return await post(url, body, headers, written=counted)
+
+    monkeypatch.setattr(upstream, "post", watched)
+    status, _ = await call(gateway, stream=True)
+    assert status == 200
+    # Refused attempt: nothing counted; the retry: counted once written, not before.
+    assert seen[0] == (0, 0, False)
+    assert seen[1] == (0, 0, False)
+    inflight, pending, stored = seen[2]
+    assert inflight == 1 and pending > 0 and stored
+    assert deltas == [1, -1]  # the refused attempt wrote nothing to the store
+    assert all(b.local_inflight == 0 and b.prefill_pending == 0 for b in fleet.values())
+    [(outcome, _)] = recorder.heard
+    assert outcome.load == 1 and outcome.forecast is not None
 
 
 async def test_every_attempt_5xx_keeps_the_upstream_status_and_body() -> None:

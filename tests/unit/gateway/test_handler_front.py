@@ -15,7 +15,7 @@ from proxy.gateway.auth.keys import KeysFile
 from proxy.gateway.handler import Gateway
 from proxy.gateway.relay import Message
 from proxy.gateway.runtime import Runtime
-from proxy.gateway.upstream import UpstreamResponse, passed_headers
+from proxy.gateway.upstream import UpstreamResponse, Written, passed_headers
 from proxy.metrics import GatewayMetrics
 from proxy.policy.credentials import BackendCredentials
 from proxy.records import Endpoint
@@ -39,8 +39,12 @@ class HeaderUpstream:
 
     async def close(self) -> None: ...
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def post(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, written: Written | None = None
+    ) -> UpstreamResponse:
         self.sent.append(dict(headers))
+        if written is not None:
+            written()
         return FakeResponse(self.status, CHAT, self.passed)  # type: ignore[return-value]
 
 

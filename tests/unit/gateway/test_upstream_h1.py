@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from proxy.gateway.upstream import UpstreamError
-from proxy.gateway.upstream_h1 import H1Upstream
+from proxy.gateway.upstream_h1 import H1Upstream, _Connection
 from proxy.settings import Settings
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -232,3 +232,53 @@ async def test_pool_bound_waits_and_release_is_idempotent(
         assert backend.connections == 1
     finally:
         await upstream.close()
+
+
+async def test_written_comes_once_after_the_write_or_before_a_wait(
+    serve: Callable[..., Awaitable[Backend]],
+    client: H1Upstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``written`` follows the write on a pooled connection, in the same step (no other
+    task can run between), and comes before the wait when a connection must be opened;
+    once per request, also when the backend has dropped the pooled connection."""
+
+    async def keep_then_drop(writer: asyncio.StreamWriter, number: int) -> bool:
+        writer.write(SSE_HEAD + chunked(b"data: [DONE]\n\n"))
+        await writer.drain()
+        return number != 2  # the second answer's connection is dropped after it
+
+    backend = await serve(keep_then_drop)
+    events: list[str] = []
+    send = _Connection.send
+
+    def recorded(self: _Connection, head: bytes, body: bytes) -> asyncio.Future[None]:
+        events.append("write")
+        return send(self, head, body)
+
+    monkeypatch.setattr(_Connection, "send", recorded)
+
+    async def post() -> list[str]:
+        events.clear()
+        response = await client.post(backend.url, b"{}", {}, written=lambda: events.append("w"))
+        await drain(response)
+        await response.release()
+        return list(events)
+
+    assert await post() == ["w", "write"]  # no connection yet: before the connect
+    assert await post() == ["write", "w"]  # pooled: right after the write
+    await asyncio.sleep(0.05)  # the backend has dropped the pooled connection
+    stale = await post()
+    assert stale.count("w") == 1 and stale[-1] == "write", stale
+    assert backend.connections == 2
+    # The same step: started as a task, the write and ``written`` are done by the time
+    # any other callback of the loop runs.
+    order: list[str] = []
+    task = asyncio.create_task(
+        client.post(backend.url, b"{}", {}, written=lambda: order.append("w"))
+    )
+    asyncio.get_running_loop().call_soon(lambda: order.append("other"))
+    response = await task
+    await drain(response)
+    await response.release()
+    assert order == ["w", "other"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtests.ttft_breakdown import AFTER, BEFORE, RESPONSE_START, WALL, Clock, report
+from loadtests.ttft_breakdown import AFTER, BEFORE, RESPONSE_START, WALL, WHILE, Clock, report
 
 
 def row(cpu: int, wall: int) -> dict[str, int]:
@@ -45,3 +45,20 @@ def test_a_clock_row_spans_from_mark_to_mark_on_both_clocks() -> None:
     assert only[BEFORE + WALL] >= 0 and only[AFTER + WALL] >= 0
     assert only[BEFORE] >= 0 and only[AFTER] >= 0
     assert clock.marks == {} and clock.steps == {}
+
+
+def test_a_step_between_the_write_and_the_first_byte_is_listed_apart() -> None:
+    clock = Clock()
+    clock.mark("arrive")
+    clock.add("schedule", (0, 0))
+    clock.mark("write")
+    clock.add("account (incl. forecast)", (0, 0))
+    clock.mark("chunk")
+    clock.mark("body")
+    clock.close()
+    (only,) = clock.rows
+    assert "schedule" in only and "account (incl. forecast)" not in only
+    assert "account (incl. forecast)" + WHILE in only
+    table = report(clock.rows)
+    before, meanwhile = table.split(WHILE.strip(" []"))
+    assert "account" not in before and "account (incl. forecast)" in meanwhile
