@@ -282,6 +282,12 @@ def _pct(values: list[int], q: float) -> float:
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)] / 1000
 
 
+def _line(label: str, cpu: list[int], wall: list[int]) -> str:
+    """One step's row: p50 and p99 of its CPU, then of its wall time."""
+    figures = ((cpu, 0.5), (cpu, 0.99), (wall, 0.5), (wall, 0.99))
+    return f"  {label:<34}" + "".join(f"{_pct(v, q):>9.1f}" for v, q in figures)
+
+
 def report(rows: list[dict[str, int]]) -> str:
     before = [
         "read body",
@@ -316,11 +322,7 @@ def report(rows: list[dict[str, int]]) -> str:
         lines.append(f"  {span}:")
         for name in [*names, "other", span]:
             label = f"    {name}" if name != span else f"  = {span}"
-            figures = [columns[name], columns[name], columns[name + WALL], columns[name + WALL]]
-            cells = "".join(
-                f"{_pct(v, q):>9.1f}" for v, q in zip(figures, (0.5, 0.99) * 2, strict=True)
-            )
-            lines.append(f"  {label:<34}{cells}")
+            lines.append(_line(label, columns[name], columns[name + WALL]))
     # The route's explanation runs only here (in "response headers" when the first byte
     # came before the loop's next turn).
     steps = [*before, "prepare (route, headers)", *after]
@@ -328,11 +330,9 @@ def report(rows: list[dict[str, int]]) -> str:
     if meanwhile:
         lines.append(f"  {WHILE.strip(' []')} (after the write, before the first byte):")
         for name in meanwhile:
-            figures = [[row.get(name + WHILE + w, 0) for row in rows] for w in ("", "", WALL, WALL)]
-            cells = "".join(
-                f"{_pct(v, q):>9.1f}" for v, q in zip(figures, (0.5, 0.99) * 2, strict=True)
-            )
-            lines.append(f"  {'    ' + name:<34}{cells}")
+            cpu = [row.get(name + WHILE, 0) for row in rows]
+            wall = [row.get(name + WHILE + WALL, 0) for row in rows]
+            lines.append(_line(f"    {name}", cpu, wall))
     return "\n".join(lines)
 
 
