@@ -65,7 +65,10 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   cap a deployment would have to find for its own engines, to set beside the shedding
   the latency model decides;
 - ``specroute-no-wait``: what ships with the latency scorer's ``wait_weight`` at 0 (a wait
-  for the first token counts once in the expected end-to-end time; 8 ships).
+  for the first token counts once in the expected end-to-end time; 8 ships);
+- ``specroute-wait32``, ``specroute-wait64``: the same weight at 32 and 64, where the
+  light-load TTFT tail against goodput was measured (loadtests/README.md, issue 15: more
+  weight moves chat onto the plain engines and costs goodput without lowering the tail).
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -120,6 +123,8 @@ EXPERIMENTS = (
     "specroute-shed-2x",
     "specroute-cap24",
     "specroute-no-wait",
+    "specroute-wait32",
+    "specroute-wait64",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -211,6 +216,8 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-shed-2x": _Shipped(overload={"shed_above": 2.0}),
     "specroute-cap24": _Shipped(overload={"shed_above": 0.0}, cap=24),
     "specroute-no-wait": _Shipped(latency={"wait_weight": 0.0}),
+    "specroute-wait32": _Shipped(latency={"wait_weight": 32.0}),
+    "specroute-wait64": _Shipped(latency={"wait_weight": 64.0}),
 }
 
 
