@@ -68,7 +68,9 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   for the first token counts once in the expected end-to-end time; 8 ships);
 - ``specroute-wait32``, ``specroute-wait64``: the same weight at 32 and 64, where the
   light-load TTFT tail against goodput was measured (loadtests/README.md, issue 15: more
-  weight moves chat onto the plain engines and costs goodput without lowering the tail).
+  weight moves chat onto the plain engines and costs goodput without lowering the tail);
+- ``specroute-no-tail``: what ships with the latency scorer's ``tail_weight`` at 0 (a
+  first token bound for the tail weighs no more than any other wait; 64 ships).
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -125,6 +127,7 @@ EXPERIMENTS = (
     "specroute-no-wait",
     "specroute-wait32",
     "specroute-wait64",
+    "specroute-no-tail",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -218,6 +221,7 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-no-wait": _Shipped(latency={"wait_weight": 0.0}),
     "specroute-wait32": _Shipped(latency={"wait_weight": 32.0}),
     "specroute-wait64": _Shipped(latency={"wait_weight": 64.0}),
+    "specroute-no-tail": _Shipped(latency={"tail_weight": 0.0}),
 }
 
 

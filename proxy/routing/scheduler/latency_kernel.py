@@ -23,14 +23,16 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.routing.latency import uncached
+from proxy.routing.scheduler.latency_scorer import TAIL_BAND
 
 FloatArray = npt.NDArray[np.float64]
 
 # The compiled signature: five C-contiguous float64 arrays (the terms, and each candidate's
-# cached share of the prompt), nine floats (the request's and the scorer's), and the
+# cached share of the prompt), eleven floats (the request's and the scorer's), and the
 # float64 array the scores are written into.
 SIGNATURE = (
-    "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], f8, f8, f8, f8, f8, f8, f8, f8, f8, f8[::1])"
+    "f8(f8[::1], f8[::1], f8[::1], f8[::1], f8[::1], "
+    "f8, f8, f8, f8, f8, f8, f8, f8, f8, f8, f8, f8[::1])"
 )
 
 
@@ -64,6 +66,8 @@ def _scores(
     harm: float,
     wait_weight: float,
     wait_slack: float,
+    tail_weight: float,
+    tail_from: float,
     out: FloatArray,
 ) -> float:
     """Each candidate's latency score into ``out``; returns the best chance of meeting
@@ -76,7 +80,9 @@ def _scores(
     TPOT factor only when ``later`` tokens follow the first), counts relative to the
     best one's; ``latency_weight`` of the score goes to ``budget / (budget + TTFT + TPOT *
     later)``, where TTFT more than ``wait_slack`` over the fastest candidate's counts
-    ``1 + wait_weight`` times; the whole over ``1 + harm * imposed_per_token * P``.
+    ``1 + wait_weight`` times, and TTFT over both ``tail_from`` and the fastest
+    candidate's ``tail_weight`` times more when the fastest is within ``TAIL_BAND`` of
+    ``tail_from``; the whole over ``1 + harm * imposed_per_token * P``.
     """
     n = ttft_base.shape[0]
     budget = ttft_goal + tpot_goal * later
@@ -95,12 +101,22 @@ def _scores(
             best = meets
     scale = (1.0 - latency_weight) / best if best > 0.0 else 0.0
     tolerated = fastest + wait_slack
+    # The tail weighs from the floor or the fastest candidate's TTFT, whichever is later,
+    # and only for a request bound for the tail: one whose fastest start is near the
+    # floor (a long prompt). Earlier, its first token is early anywhere; past twice the
+    # floor the fleet is loaded, and the chance of meeting the objective decides.
+    tail = tail_from if tail_from > fastest else fastest
+    if not TAIL_BAND[0] * tail_from <= fastest < TAIL_BAND[1] * tail_from:
+        tail = np.inf
     for i in range(n):
         prefill = _uncached(prompt, cached_share[i])
         ttft = ttft_base[i] + ttft_per_token[i] * prefill
+        felt = ttft
         if ttft > tolerated:
-            ttft += wait_weight * (ttft - tolerated)
-        speed = latency_weight * budget / (budget + ttft + tpot[i] * later)
+            felt += wait_weight * (ttft - tolerated)
+        if ttft > tail:
+            felt += tail_weight * (ttft - tail)
+        speed = latency_weight * budget / (budget + felt + tpot[i] * later)
         out[i] = (scale * out[i] + speed) / (1.0 + harm * (imposed_per_token[i] * prefill))
     return best
 
@@ -112,6 +128,8 @@ scores: Callable[
         FloatArray,
         FloatArray,
         FloatArray,
+        float,
+        float,
         float,
         float,
         float,

@@ -18,7 +18,17 @@ waits for the first token with nothing to read, and among engines of like decode
 long prompt should take the one without a prefill queue; 8 in policies/default.yaml
 brought the light-load TTFT p99 to within 10% of round-robin's for 1-2% of goodput there,
 where by end-to-end time alone it queued behind other long prompts on the engine that
-drafts them best (loadtests/README.md, issue 15). That share ranks the backends when all
+drafts them best (loadtests/README.md, issue 15). TTFT past both ``tail_from`` (a share of
+the objective) and the fastest candidate's counts ``tail_weight`` times more again: the
+light-load TTFT p99 is made by the longest prompts queued behind others, and only those
+are moved to the engine that starts them soonest, a plain one included, while every
+first token under the floor stays where its decode is fastest. It weighs only where the
+fastest candidate's TTFT is within 0.8-2x the floor (``TAIL_BAND``): a
+shorter prompt's first token is early anywhere, and beyond it the fleet is loaded; weighed
+there as well it cost 1-3% of goodput at c256 (loadtests/README.md, issue 15). 64 past a
+tenth of the objective in policies/default.yaml took the light-load TTFT p99 from 1.05x
+round-robin's to 1.015x (means over six seeds), goodput kept. That
+share ranks the backends when all
 of them (light load) or none of them (overload) are likely to meet the objective; the
 batch a request joins, the prompts queued ahead of it and the prefills beside it are all
 in the predictions, so load balance needs no separate vote. What the request costs the
@@ -50,6 +60,11 @@ from proxy.routing.fleet import BackendState
 from proxy.routing.latency import FloatArray
 from proxy.routing.scheduler.base import SchedulingContext
 
+# The fastest candidate's TTFT, in multiples of ``tail_from``, for which the tail weighs
+# (loadtests/README.md, issue 15: weighed for shorter prompts and under load as well, it
+# cost 1-3% of goodput at c256). A constant of the compiled loop too.
+TAIL_BAND = (0.8, 2.0)
+
 
 class LatencyScorer:
     name = "latency"
@@ -63,6 +78,8 @@ class LatencyScorer:
         prefix_cache: bool = False,
         wait_weight: float = 0.0,
         wait_slack: float = 0.0,
+        tail_weight: float = 0.0,
+        tail_from: float = 0.0,
     ) -> None:
         if spread <= 0:
             raise ValueError("latency: spread must be > 0")
@@ -76,9 +93,15 @@ class LatencyScorer:
             raise ValueError("latency: wait_weight must be >= 0")
         if wait_slack < 0:
             raise ValueError("latency: wait_slack must be >= 0")
+        if tail_weight < 0:
+            raise ValueError("latency: tail_weight must be >= 0")
+        if tail_from < 0:
+            raise ValueError("latency: tail_from must be >= 0")
         self.spread = spread
         self.wait_weight = wait_weight
         self.wait_slack = wait_slack
+        self.tail_weight = tail_weight
+        self.tail_from = tail_from
         self.latency_weight = latency_weight
         self.neighbour_weight = neighbour_weight
         self.saturated_below = saturated_below
@@ -122,6 +145,8 @@ class LatencyScorer:
             harm,
             self.wait_weight,
             self.wait_slack * ttft_goal,
+            self.tail_weight,
+            self.tail_from * ttft_goal,
             out,
         )
         scores: list[float] = out.tolist()
@@ -182,7 +207,9 @@ class LatencyScorer:
     ) -> tuple[float, float]:
         """(P(meet), speed) of one predicted (TTFT, TPOT); speed is
         ``budget / (budget + e2e)``, the wait past ``fastest`` (the candidates' lowest
-        predicted TTFT) plus ``wait_slack`` counted ``1 + wait_weight`` times.
+        predicted TTFT) plus ``wait_slack`` counted ``1 + wait_weight`` times, and the
+        TTFT past both ``fastest`` and ``tail_from`` ``tail_weight`` times more when
+        ``fastest`` lies within ``TAIL_BAND`` of ``tail_from``.
         ``score_all`` runs the same arithmetic over every candidate, compiled
         (``latency_kernel``)."""
         ttft_goal, tpot_goal = objective.ttft_ms / 1000.0, objective.tpot_ms / 1000.0
@@ -197,6 +224,11 @@ class LatencyScorer:
             tolerated = fastest + self.wait_slack * ttft_goal
             if ttft > tolerated:
                 felt += self.wait_weight * (ttft - tolerated)
+            floor = self.tail_from * ttft_goal
+            tail = max(fastest, floor)
+            low, high = TAIL_BAND
+            if low * floor <= fastest < high * floor and ttft > tail:
+                felt += self.tail_weight * (ttft - tail)
         return meet, budget / (budget + felt + tpot * later)
 
     def explain(self, ctx: SchedulingContext, backend: BackendState) -> str:

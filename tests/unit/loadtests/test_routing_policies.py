@@ -34,11 +34,10 @@ def test_every_benchmark_policy_is_a_valid_policy(name: str) -> None:
         ("specroute-no-wait", {"wait_weight": 0.0}),
         ("specroute-wait32", {"wait_weight": 32.0}),
         ("specroute-wait64", {"wait_weight": 64.0}),
+        ("specroute-no-tail", {"tail_weight": 0.0}),
     ],
 )
-def test_a_wait_variant_is_what_ships_but_for_its_weight(
-    name: str, changed: dict[str, float]
-) -> None:
+def test_a_variant_is_what_ships_but_for_its_weight(name: str, changed: dict[str, float]) -> None:
     shipped = build_policy("specroute-default", FLEET)
     variant = build_policy(name, FLEET)
     assert latency_params(variant) == {**latency_params(shipped), **changed}

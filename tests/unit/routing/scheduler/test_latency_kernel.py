@@ -35,9 +35,10 @@ def test_compiled_and_interpreted_loops_score_alike(seed: int) -> None:
         shares = np.where(rng.random(n) < 0.3, rng.uniform(0.0, 1.0, n), 0.0)
         later = float(rng.choice([0.0, 1.0, 120.0]))
         wait_weight = float(rng.choice([0.0, 8.0]))
+        tail_weight = float(rng.choice([0.0, 64.0]))
         args = (
             *(base, per, tpot, imposed, shares, 900.0, 0.5, 0.025, 4.0, later, 0.25, 0.04),
-            *(wait_weight, 0.02),
+            *(wait_weight, 0.02, tail_weight, 0.05),
         )
         compiled, interpreted = np.full(n, np.nan), np.full(n, np.nan)
         best = latency_kernel.scores(*args, compiled)
@@ -63,7 +64,7 @@ def test_each_score_is_the_scalar_rating_relative_to_the_best() -> None:
     out = np.empty(64)
     best = latency_kernel.scores(
         *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
-        *(0.0, 0.0, out),
+        *(0.0, 0.0, 0.0, 0.0, out),
     )
     prefills = [uncached(prompt, float(share)) for share in shares]
     assert prefills[0] == pytest.approx(240.0) and prefills[1] == prompt
@@ -94,7 +95,7 @@ def test_a_wait_past_the_fastest_candidates_counts_wait_weight_times() -> None:
     out = np.empty(16)
     best = latency_kernel.scores(
         *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
-        *(8.0, 0.05 * 0.5, out),
+        *(8.0, 0.05 * 0.5, 0.0, 0.0, out),
     )
     rated = [
         scorer.rate(float(t), float(tp), objective, tokens, fastest)
@@ -117,3 +118,72 @@ def test_a_wait_past_the_fastest_candidates_counts_wait_weight_times() -> None:
             assert waited == unweighted
         else:
             assert waited < unweighted
+
+
+def test_a_first_token_in_the_tail_counts_tail_weight_times_more() -> None:
+    """``tail_weight``: TTFT past both ``tail_from`` and the fastest candidate's counts
+    ``tail_weight`` times more, on top of the wait, while the fastest is under twice
+    ``tail_from``; under ``tail_from`` nothing changes. The compiled loop equals ``rate``
+    given the fastest TTFT."""
+    rng = np.random.default_rng(13)
+    base, per, tpot, imposed = terms(rng, 16)
+    shares = np.zeros(16)
+    objective = Objective(ttft_ms=500, tpot_ms=25)
+    tokens, prompt, harm = 150.0, 1200.0, 0.02
+    ttfts = base + per * prompt
+    fastest = float(ttfts.min())
+    # A floor a little past the fastest candidate's TTFT (within 0.8-2x of it, where the
+    # tail weighs): some candidates fall past it.
+    tail_from = 1.1 * fastest
+    scorer = LatencyScorer(wait_weight=8.0, tail_weight=64.0, tail_from=tail_from / 0.5)
+    waiting = LatencyScorer(wait_weight=8.0)
+    out = np.empty(16)
+    best = latency_kernel.scores(
+        *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
+        *(8.0, 0.0, 64.0, tail_from, out),
+    )
+    rated = [
+        scorer.rate(float(t), float(tp), objective, tokens, fastest)
+        for t, tp in zip(ttfts, tpot, strict=True)
+    ]
+    waited = [
+        waiting.rate(float(t), float(tp), objective, tokens, fastest)
+        for t, tp in zip(ttfts, tpot, strict=True)
+    ]
+    expected = [
+        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prompt)
+        for (meet, speed), i in zip(rated, imposed, strict=True)
+    ]
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    assert [m for m, _ in rated] == [m for m, _ in waited]  # the chance is untouched
+    budget, later = 0.5 + 0.025 * (tokens - 1.0), tokens - 1.0
+    past = 0
+    for t, tp, (_, tail), (_, wait) in zip(ttfts, tpot, rated, waited, strict=True):
+        if t <= tail_from:
+            assert tail == wait
+        else:
+            past += 1
+            felt = t + 8.0 * (t - fastest) + 64.0 * (t - tail_from)
+            assert tail == pytest.approx(budget / (budget + felt + tp * later), rel=1e-12)
+            assert tail < wait
+    assert 0 < past < 16
+    # The fastest candidate's TTFT outside 0.8-2x the floor: a loaded fleet (the floor
+    # under half of it), or a request whose first token is early anywhere (the floor
+    # over 1.25 times it). The tail weighs nothing.
+    alone = np.empty(16)
+    latency_kernel.scores(
+        *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
+        *(8.0, 0.0, 0.0, 0.0, alone),
+    )
+    for floor in (0.45 * fastest, 1.3 * fastest):
+        outside = np.empty(16)
+        latency_kernel.scores(
+            *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0),
+            *(0.25, harm, 8.0, 0.0, 64.0, floor, outside),
+        )
+        np.testing.assert_array_equal(outside, alone)
+    early = LatencyScorer(wait_weight=8.0, tail_weight=64.0, tail_from=0.45 * fastest / 0.5)
+    assert [
+        early.rate(float(t), float(tp), objective, tokens, fastest)
+        for t, tp in zip(ttfts, tpot, strict=True)
+    ] == waited

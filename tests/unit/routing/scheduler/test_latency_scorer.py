@@ -214,6 +214,35 @@ def test_wait_weight_moves_a_long_prompt_off_a_queue_to_the_next_best_engine() -
     assert pick({"wait_weight": 8.0, "wait_slack": 0.05}, 2000) == "eagle-0"
 
 
+def test_tail_weight_moves_only_a_first_token_bound_for_the_tail() -> None:
+    """Both speculative engines are prefilling 600 queued tokens, the plain one none. A
+    1,500-token retrieval prompt would wait ~67 ms on n-gram against ~50 ms on the plain
+    engine: by the wait weight alone it still takes n-gram (its TPOT pays for the wait),
+    with ``tail_weight`` past ``tail_from`` (10% of the 500 ms objective: 50 ms) the plain
+    engine. A chat prompt (~33 ms on EAGLE-3) is under the floor and stays, as does the
+    long prompt when nothing is queued (~50 ms everywhere)."""
+
+    def pick(params: dict[str, float], label: str, tokens: int, queued: int) -> str:
+        routing = {**LATENCY_ONLY, "scorers": [{"type": "latency", "params": params}]}
+        s = healthy_scheduler(mixed_fleet(routing=routing))
+        for b in s.fleet.backends.values():
+            b.local_inflight = 2
+            b.prefill_pending = queued if b.speculative else 0
+        return chosen(s, label, tokens=tokens, max_tokens=120)
+
+    waits = {"wait_weight": 8.0}
+    tails = {**waits, "tail_weight": 64.0, "tail_from": 0.1}
+    assert pick(waits, "rag", 1500, 600) == "ngram-0"
+    assert pick(tails, "rag", 1500, 600) == "plain-0"
+    assert pick(tails, "rag", 1500, 0) == "ngram-0"
+    assert pick(waits, "chat", 200, 600) == pick(tails, "chat", 200, 600) == "eagle-0"
+    # A floor over every candidate's TTFT weighs nothing, and so does one under half the
+    # fastest's (a loaded fleet: no engine starts the prompt within twice the floor).
+    assert pick({**tails, "tail_from": 0.2}, "rag", 1500, 600) == "ngram-0"
+    assert pick({**tails, "tail_from": 0.04}, "rag", 1500, 600) == "ngram-0"
+    assert pick({**tails, "tail_from": 0.06}, "rag", 1500, 600) == "plain-0"
+
+
 def test_saturated_requests_go_to_the_fewest_queued_prompt_tokens() -> None:
     """Past ``saturated_below`` (every chance small), the blend moves to the backend with
     the fewest prompt tokens waiting, even where a learned correction says otherwise."""
@@ -241,6 +270,8 @@ def test_scorer_params_are_validated() -> None:
         ({"saturated_below": 1.5}, "saturated_below"),
         ({"wait_weight": -1}, "wait_weight"),
         ({"wait_slack": -0.1}, "wait_slack"),
+        ({"tail_weight": -1}, "tail_weight"),
+        ({"tail_from": -0.1}, "tail_from"),
     ):
         with pytest.raises(ValueError, match=what):
             LatencyScorer(**bad)
@@ -260,6 +291,8 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
                 "neighbour_weight": 0.25,
                 "saturated_below": 0.5,
                 "wait_weight": 8,
+                "tail_weight": 64,
+                "tail_from": 0.1,
             },
         )
     ]
