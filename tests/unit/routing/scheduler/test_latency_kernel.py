@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from proxy.policy import Objective
-from proxy.routing.latency import uncached
+from proxy.routing.latency import FloatArray, uncached
 from proxy.routing.scheduler import latency_kernel
 from proxy.routing.scheduler.latency_scorer import LatencyScorer
 
@@ -19,6 +19,38 @@ def terms(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
         rng.uniform(0.002, 0.08, n),  # TPOT, s
         rng.uniform(0.0, 3e-3, n),  # imposed per prompt token, s
     )
+
+
+def rated(
+    scorer: LatencyScorer,
+    ttfts: FloatArray,
+    tpot: FloatArray,
+    tokens: float,
+    fastest: float | None,
+) -> list[tuple[float, float]]:
+    """``scorer.rate`` candidate by candidate, against the 500 / 25 ms objective."""
+    objective = Objective(ttft_ms=500, tpot_ms=25)
+    return [
+        scorer.rate(float(t), float(tp), objective, tokens, fastest)
+        for t, tp in zip(ttfts, tpot, strict=True)
+    ]
+
+
+def assert_scores_follow(
+    out: FloatArray,
+    ratings: list[tuple[float, float]],
+    best: float,
+    imposed: FloatArray,
+    harm: float,
+    prompt: float,
+) -> None:
+    """The compiled loop's scores are the ratings: the chance over the best one's plus
+    the speed share, over the harm."""
+    expected = [
+        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prompt)
+        for (meet, speed), i in zip(ratings, imposed, strict=True)
+    ]
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
 
 
 def test_the_loop_is_compiled_once_for_its_signature() -> None:
@@ -87,7 +119,6 @@ def test_a_wait_past_the_fastest_candidates_counts_wait_weight_times() -> None:
     rng = np.random.default_rng(11)
     base, per, tpot, imposed = terms(rng, 16)
     shares = np.zeros(16)
-    objective = Objective(ttft_ms=500, tpot_ms=25)
     tokens, prompt, harm = 150.0, 1200.0, 0.02
     scorer = LatencyScorer(wait_weight=8.0, wait_slack=0.05)
     ttfts = base + per * prompt
@@ -97,23 +128,13 @@ def test_a_wait_past_the_fastest_candidates_counts_wait_weight_times() -> None:
         *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
         *(8.0, 0.05 * 0.5, 0.0, 0.0, out),
     )
-    rated = [
-        scorer.rate(float(t), float(tp), objective, tokens, fastest)
-        for t, tp in zip(ttfts, tpot, strict=True)
-    ]
-    plain = [
-        scorer.rate(float(t), float(tp), objective, tokens)
-        for t, tp in zip(ttfts, tpot, strict=True)
-    ]
-    assert [m for m, _ in rated] == [m for m, _ in plain]  # the chance is untouched
-    assert best == pytest.approx(max(m for m, _ in rated), rel=1e-12)
-    expected = [
-        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prompt)
-        for (meet, speed), i in zip(rated, imposed, strict=True)
-    ]
-    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    ratings = rated(scorer, ttfts, tpot, tokens, fastest)
+    plain = rated(scorer, ttfts, tpot, tokens, None)
+    assert [m for m, _ in ratings] == [m for m, _ in plain]  # the chance is untouched
+    assert best == pytest.approx(max(m for m, _ in ratings), rel=1e-12)
+    assert_scores_follow(out, ratings, best, imposed, harm, prompt)
     # Within the slack of the fastest nothing changes; past it the speed share falls.
-    for t, (_, waited), (_, unweighted) in zip(ttfts, rated, plain, strict=True):
+    for t, (_, waited), (_, unweighted) in zip(ttfts, ratings, plain, strict=True):
         if t <= fastest + 0.025:
             assert waited == unweighted
         else:
@@ -122,13 +143,12 @@ def test_a_wait_past_the_fastest_candidates_counts_wait_weight_times() -> None:
 
 def test_a_first_token_in_the_tail_counts_tail_weight_times_more() -> None:
     """``tail_weight``: TTFT past both ``tail_from`` and the fastest candidate's counts
-    ``tail_weight`` times more, on top of the wait, while the fastest is under twice
-    ``tail_from``; under ``tail_from`` nothing changes. The compiled loop equals ``rate``
-    given the fastest TTFT."""
+    ``tail_weight`` times more, on top of the wait, where the fastest lies within 0.8-2x
+    ``tail_from`` (``TAIL_BAND``); under ``tail_from`` nothing changes. The compiled loop
+    equals ``rate`` given the fastest TTFT."""
     rng = np.random.default_rng(13)
     base, per, tpot, imposed = terms(rng, 16)
     shares = np.zeros(16)
-    objective = Objective(ttft_ms=500, tpot_ms=25)
     tokens, prompt, harm = 150.0, 1200.0, 0.02
     ttfts = base + per * prompt
     fastest = float(ttfts.min())
@@ -136,29 +156,18 @@ def test_a_first_token_in_the_tail_counts_tail_weight_times_more() -> None:
     # tail weighs): some candidates fall past it.
     tail_from = 1.1 * fastest
     scorer = LatencyScorer(wait_weight=8.0, tail_weight=64.0, tail_from=tail_from / 0.5)
-    waiting = LatencyScorer(wait_weight=8.0)
     out = np.empty(16)
     best = latency_kernel.scores(
         *(base, per, tpot, imposed, shares, prompt, 0.5, 0.025, 4.0, tokens - 1.0, 0.25, harm),
         *(8.0, 0.0, 64.0, tail_from, out),
     )
-    rated = [
-        scorer.rate(float(t), float(tp), objective, tokens, fastest)
-        for t, tp in zip(ttfts, tpot, strict=True)
-    ]
-    waited = [
-        waiting.rate(float(t), float(tp), objective, tokens, fastest)
-        for t, tp in zip(ttfts, tpot, strict=True)
-    ]
-    expected = [
-        (0.75 * meet / best + 0.25 * speed) / (1.0 + harm * i * prompt)
-        for (meet, speed), i in zip(rated, imposed, strict=True)
-    ]
-    np.testing.assert_allclose(out, expected, rtol=1e-12)
-    assert [m for m, _ in rated] == [m for m, _ in waited]  # the chance is untouched
+    ratings = rated(scorer, ttfts, tpot, tokens, fastest)
+    waited = rated(LatencyScorer(wait_weight=8.0), ttfts, tpot, tokens, fastest)
+    assert_scores_follow(out, ratings, best, imposed, harm, prompt)
+    assert [m for m, _ in ratings] == [m for m, _ in waited]  # the chance is untouched
     budget, later = 0.5 + 0.025 * (tokens - 1.0), tokens - 1.0
     past = 0
-    for t, tp, (_, tail), (_, wait) in zip(ttfts, tpot, rated, waited, strict=True):
+    for t, tp, (_, tail), (_, wait) in zip(ttfts, tpot, ratings, waited, strict=True):
         if t <= tail_from:
             assert tail == wait
         else:
@@ -183,7 +192,4 @@ def test_a_first_token_in_the_tail_counts_tail_weight_times_more() -> None:
         )
         np.testing.assert_array_equal(outside, alone)
     early = LatencyScorer(wait_weight=8.0, tail_weight=64.0, tail_from=0.45 * fastest / 0.5)
-    assert [
-        early.rate(float(t), float(tp), objective, tokens, fastest)
-        for t, tp in zip(ttfts, tpot, strict=True)
-    ] == waited
+    assert rated(early, ttfts, tpot, tokens, fastest) == waited
