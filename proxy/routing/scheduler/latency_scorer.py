@@ -23,12 +23,11 @@ the objective) and the fastest candidate's counts ``tail_weight`` times more aga
 light-load TTFT p99 is made by the longest prompts queued behind others, and only those
 are moved to the engine that starts them soonest, a plain one included, while every
 first token under the floor stays where its decode is fastest. It weighs only where the
-fastest candidate's TTFT is within 0.8-2x the floor (``TAIL_BAND``): a
-shorter prompt's first token is early anywhere, and beyond it the fleet is loaded; weighed
-there as well it cost 1-3% of goodput at c256 (loadtests/README.md, issue 15). 64 past a
-tenth of the objective in policies/default.yaml took the light-load TTFT p99 from 1.05x
-round-robin's to 1.015x (means over six seeds), goodput kept. That
-share ranks the backends when all
+fastest candidate's TTFT is within 0.8-2x the floor (``TAIL_BAND``): a shorter prompt's
+first token is early anywhere, and beyond it the fleet is loaded; weighed there as well
+it cost 1-3% of goodput at c256 (loadtests/README.md, issue 15). 64 past a tenth of the
+objective in policies/default.yaml took the light-load TTFT p99 from 1.05x round-robin's
+to 1.015x (means over six seeds), goodput kept. That share ranks the backends when all
 of them (light load) or none of them (overload) are likely to meet the objective; the
 batch a request joins, the prompts queued ahead of it and the prefills beside it are all
 in the predictions, so load balance needs no separate vote. What the request costs the
