@@ -3,11 +3,13 @@
 These pin down what the gateway relies on: answers on both endpoints, streamed or not;
 where the per-request speculative-decoding metrics sit in the JSON; the Prometheus
 counters; greedy outputs equal with and without speculation; acceptance near 1 for the
-copied draft and near 0 for the foreign one; a client disconnect freeing the slot.
+copied draft and near 0 for the foreign one; a client disconnect freeing the slot; each
+engine core held to its worker's core, so its spin-wait starves no one else.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -16,7 +18,7 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionStreamOptionsParam
 
-from deploy.vllm.cpu.servers import VllmServer
+from deploy.vllm.cpu.servers import VllmServer, engine_core_pids
 from tests.e2e.conftest import VllmMetrics
 
 SPECULATIVE = ("ngram", "draft-good", "draft-bad")
@@ -384,3 +386,17 @@ def test_client_disconnect_frees_the_slot(
         pytest.fail(f"{DISCONNECT_ATTEMPTS} disconnected requests all ran to their end")
     generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
     assert 0 < generated < DISCONNECT_MAX_TOKENS, "the request was not aborted"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_engine_core_shares_its_workers_core(
+    vllm_servers: dict[str, VllmServer], name: str
+) -> None:
+    # Free, the engine core's spin-wait starves whatever shares its core for a whole
+    # generation (see ``pin_engine_core``); the disconnect test above is what that broke.
+    server = vllm_servers[name]
+    [engine_core] = engine_core_pids(server)
+    threads = [int(task) for task in os.listdir(f"/proc/{engine_core}/task")]
+    assert len(threads) > 1
+    affinity = {tid: os.sched_getaffinity(tid) for tid in threads}
+    assert {tid: cpus for tid, cpus in affinity.items() if cpus != {server.cpu}} == {}

@@ -96,7 +96,9 @@ def server_env(cpu: int) -> dict[str, str]:
     """Environment for one server: offline, a 1 GiB KV cache, one pinned OpenMP thread.
 
     Several servers share two cores; each binds its one compute thread to ``cpu`` so they
-    spread over the cores instead of all spinning on every core.
+    spread over the cores instead of all spinning on every core. Its engine core, which
+    vLLM gives no such setting, is bound there once the server is ready
+    (``servers.pin_engine_core``).
     """
     return {
         **os.environ,
