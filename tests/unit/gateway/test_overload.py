@@ -70,3 +70,33 @@ async def test_overload_sheds_on_the_predicted_tpot_against_what_the_engine_coul
     status, body = await call(gateway, max_tokens=max_tokens)
     assert status == (503 if shed else 200), body
     assert len(upstream.urls) == (0 if shed else 1)
+
+
+@pytest.mark.parametrize(
+    ("prompt_bytes", "queued", "shed"),
+    [
+        # ~20k tokens: ~560 ms on the idle engine, past the 500 ms objective by itself; a
+        # short prompt queued ahead (+14 ms) is no overload: served (it was refused when
+        # the bar was the idle TTFT itself).
+        (80_000, 500, False),
+        # ~15k tokens (~420 ms idle) behind 8k queued tokens: ~640 ms, over the objective
+        # but the wait (~220 ms) is not: served.
+        (60_000, 8_000, False),
+        # ...behind 20k queued tokens the wait alone (~550 ms) is past the objective.
+        (60_000, 20_000, True),
+        # A short prompt behind the same queue waits as long: refused too.
+        (200, 20_000, True),
+    ],
+)
+async def test_a_long_prompt_is_refused_for_the_wait_ahead_of_it_not_its_own_prefill(
+    prompt_bytes: int, queued: int, shed: bool
+) -> None:
+    gateway, upstream, _ = build([Scripted(body=CHAT)], overload={"shed_above": 1.0})
+    for b in gateway.runtime.fleet.backends.values():
+        b.prefill_pending = queued
+    gateway.scheduler.refresh()
+    status, body = await call(
+        gateway, messages=[{"role": "user", "content": "a" * prompt_bytes}], max_tokens=16
+    )
+    assert status == (503 if shed else 200), body
+    assert len(upstream.urls) == (0 if shed else 1)
