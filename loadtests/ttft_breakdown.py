@@ -123,7 +123,7 @@ def _timed(clock: Clock, name: str, func: Callable[..., Any]) -> Callable[..., A
 @contextmanager
 def instrumented(clock: Clock) -> Iterator[None]:
     """Wrap the request path's steps (restored on exit)."""
-    from proxy.gateway import handler, upstream_h1
+    from proxy.gateway import dispatch, handler, upstream_h1
     from proxy.gateway.auth.door import FrontDoor
     from proxy.gateway.runtime import Runtime
     from proxy.routing.latency import LatencyModel
@@ -133,18 +133,18 @@ def instrumented(clock: Clock) -> Iterator[None]:
         (handler, "read_body", "read body"),
         (handler, "parse_request", "parse request"),
         (Runtime, "classify", "classify"),
-        (handler, "prompt_chunks", "prefix chunks"),
+        (dispatch, "prompt_chunks", "prefix chunks"),
         (handler, "estimate_prompt_tokens", "estimate prompt tokens"),
         (handler.Gateway, "_caller", "caller (trace, auth)"),
         (FrontDoor, "admit", "admit (tenant)"),
         (Scheduler, "schedule", "schedule"),
-        (handler.Gateway, "_predict", "predict"),
-        (handler.Gateway, "_account", "account (incl. forecast)"),
+        (dispatch.Dispatcher, "predict", "predict"),
+        (dispatch.Dispatcher, "account", "account (incl. forecast)"),
         (LatencyModel, "dispatch", "latency forecast"),
-        (handler.Gateway, "_prepare", "prepare (route, headers)"),
+        (dispatch.Dispatcher, "prepare", "prepare (route, headers)"),
         (handler.Gateway, "_upstream_headers", "upstream headers"),
         (upstream_h1, "_request_head", "upstream request head"),
-        (handler.Gateway, "_response_headers", "response headers"),
+        (dispatch.Dispatcher, "response_headers", "response headers"),
     ]
     saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in steps]
     for owner, attr, name in steps:

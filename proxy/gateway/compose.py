@@ -14,6 +14,7 @@ import httpx
 from proxy.gateway.access_log import AccessLog
 from proxy.gateway.auth import FrontDoor
 from proxy.gateway.console import RecentRequests
+from proxy.gateway.dispatch import Dispatcher
 from proxy.gateway.handler import Gateway
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import OutcomeListener
@@ -112,9 +113,8 @@ def compose(
         *traffic,
         *access,
     )
-    gateway = Gateway(
-        settings, runtime, upstream, door, credentials, listeners=listeners, sampler=shadow
-    )
+    dispatch = Dispatcher(settings, runtime, listeners=listeners, sampler=shadow)
+    gateway = Gateway(settings, runtime, upstream, door, credentials, dispatch)
     review = ReviewBook(store)
     sync = PrefixSync(
         prefix,

@@ -2,9 +2,10 @@
 
 One attempt on one backend goes through named steps: dispatch up to the first byte
 (:meth:`Gateway._dispatch`, which classifies failures as
-:class:`~proxy.errors.UpstreamFailure`), accounting (:meth:`Gateway._account`, called by the
-upstream client once the request is written), relay (:meth:`Gateway._relay`) and cleanup
-(:meth:`Gateway._cleanup`). The retry decision is :meth:`Gateway._attempts`: any failure
+:class:`~proxy.errors.UpstreamFailure`), accounting (:meth:`Dispatcher.account
+<proxy.gateway.dispatch.Dispatcher.account>`, called by the upstream client once the request
+is written), relay (:meth:`Gateway._relay`) and cleanup
+(:meth:`Gateway._release`). The retry decision is :meth:`Gateway._attempts`: any failure
 before the client saw a byte is retried on another backend.
 """
 
@@ -16,8 +17,6 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import orjson
 
@@ -32,7 +31,7 @@ from proxy.errors import (
     UpstreamUnreachable,
 )
 from proxy.gateway.auth import Admission, FrontDoor
-from proxy.gateway.overload import OverloadGuard
+from proxy.gateway.dispatch import Attempt, Caller, Dispatcher
 from proxy.gateway.relay import (
     DONE,
     Message,
@@ -58,75 +57,20 @@ from proxy.gateway.resume import (
     resumable,
 )
 from proxy.gateway.runtime import Runtime
-from proxy.gateway.seams import OutcomeListener, OutputSampler
 from proxy.gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from proxy.gateway.watch import Interruption, Watch
 from proxy.metrics import GatewayMetrics
 from proxy.policy.credentials import BackendCredentials
-from proxy.records import Endpoint, Outcome, ParsedRequest, Partial, RequestInfo, Route
-from proxy.routing.fleet import BackendState
-from proxy.routing.latency import Prediction
-from proxy.routing.outlier import OutlierConfig, OutlierDetector, parse_retry_after
-from proxy.routing.prefix import prompt_chunks
-from proxy.routing.scheduler.scheduler import Decision, Scheduler
+from proxy.records import Endpoint, Outcome, ParsedRequest, Partial, RequestInfo
+from proxy.routing.outlier import parse_retry_after
+from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
 
 log = logging.getLogger("specroute.gateway")
 
-STICKY_HEADERS = (b"x-specroute-session", b"x-session-id", b"x-user-id")
 # W3C trace context: follows the request to the backend.
 TRACE_HEADERS = (b"traceparent", b"tracestate")
-
-
-@dataclass(frozen=True, slots=True)
-class _Caller:
-    """What the request carries of its caller besides the body, for every attempt."""
-
-    # traceparent / tracestate, forwarded as they came.
-    trace: tuple[tuple[str, str], ...] = ()
-    # The caller's own Authorization, forwarded only by an open gateway to a backend
-    # without a key of its own (a gateway with API keys never forwards its callers').
-    authorization: str | None = None
-    # The tenant's x-ratelimit-* headers, for the response.
-    quota: tuple[tuple[bytes, bytes], ...] = ()
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """One try on one backend: what its steps share."""
-
-    parsed: ParsedRequest
-    decision: Decision
-    backend: BackendState
-    rid: bytes
-    outcome: Outcome
-    caller: _Caller = _Caller()
-    # The latency model's prediction on the backend before the request counts there: made
-    # before the upstream write only where the overload guard judges it, else by ``_account``.
-    prediction: Prediction | None = None
-    # Counted on its backend (``_account``): what cleanup undoes.
-    counted: bool = False
-    # The prompt's prefill estimate still counted on the backend (0 once the first byte came).
-    prefill: int = 0
-    upstream: UpstreamResponse | None = None
-    route: Route | None = None
-    # The response's headers that do not depend on the backend's answer (``_prepare``).
-    head: list[tuple[bytes, bytes]] | None = None
-    # Resumable streams: the events forwarded so far (shared by a stream's continuations)
-    # and the failure the relay left to resumption.
-    keep: list[bytes] | None = None
-    held: tuple[int, str] | None = None
-    # A continuation: its events rewritten into the original stream (already started).
-    rewrite: Continuation | None = None
-    # Seconds this attempt may wait for its first byte: the per-attempt timeout, or what is
-    # left of the request's budget across attempts when that is less (``_attempts``).
-    wait_s: float | None = None
-
-    @property
-    def strip_usage(self) -> bool:
-        """Usage is asked of the backend for every stream, and dropped again if unasked."""
-        return self.parsed.stream and not self.parsed.include_usage
 
 
 def _header(scope: Message, name: bytes) -> str | None:
@@ -149,18 +93,10 @@ async def send_json(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def outlier_config(settings: Settings) -> OutlierConfig:
-    return OutlierConfig(
-        consecutive_failures=settings.outlier_consecutive_failures,
-        base_ejection_s=settings.outlier_base_ejection_s,
-        max_ejection_s=settings.outlier_max_ejection_s,
-        max_ejection_percent=settings.outlier_max_ejection_percent,
-        overload_backoff_s=settings.overload_backoff_s,
-        max_overload_backoff_s=settings.overload_max_backoff_s,
-    )
-
-
 class Gateway:
+    """``specroute serve``'s face: reads the request, tries backends, relays the response.
+    What it decides and accounts goes through ``dispatch``, as the picker's does."""
+
     def __init__(
         self,
         settings: Settings,
@@ -168,11 +104,7 @@ class Gateway:
         upstream: UpstreamClient,
         door: FrontDoor,
         credentials: BackendCredentials,
-        *,
-        listeners: Sequence[OutcomeListener] = (),
-        sampler: OutputSampler | None = None,
-        outliers: OutlierDetector | None = None,
-        overload: OverloadGuard | None = None,
+        dispatch: Dispatcher,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -183,19 +115,14 @@ class Gateway:
         self.upstream = upstream
         self.door = door
         self.credentials = credentials
-        self.listeners = tuple(listeners)
-        self.sampler = sampler
-        self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
-        self.overload = overload or OverloadGuard(self.scheduler, runtime.latency, self.metrics)
-        # Whether the scheduler's catch-up is already queued on the loop (``_catch_up_soon``).
-        self._catching_up = False
+        self.dispatch = dispatch
 
     async def handle(self, kind: Endpoint, scope: Message, receive: Receive, send: Send) -> None:
         # os.urandom, not uuid4: the same 128 random bits at a tenth of the cost.
         request_id = _header(scope, b"x-request-id") or os.urandom(16).hex()
         rid = request_id.encode("latin-1")
         admission: Admission | None = None
-        served: _Attempt | None = None
+        served: Attempt | None = None
         try:
             if scope.get("method") != "POST":
                 raise GatewayError(405, f"{scope.get('method')} is not allowed here; use POST")
@@ -211,7 +138,9 @@ class Gateway:
                     code="model_not_found",
                 )
             wanted = requested_output_tokens(parsed.body)
-            info = self._request_info(parsed, scope, request_id, wanted)
+            info = self.dispatch.request_info(
+                parsed, functools.partial(_header, scope), request_id, wanted
+            )
             info.tenant = tenant.name if tenant is not None else None
             reserve = estimate_prompt_tokens(raw) + wanted
             admission = await self.door.admit(tenant, parsed.model, reserve, request_id)
@@ -227,60 +156,26 @@ class Gateway:
             await send_json(send, err.status, err.body(), headers)
         finally:
             if admission is not None:
-                await self._settle(admission, kind, served)
+                await self.dispatch.settle(admission, kind, served)
 
-    def _request_info(
-        self, parsed: ParsedRequest, scope: Message, request_id: str, wanted: int
-    ) -> RequestInfo:
-        classification = self.runtime.classify(parsed, _header(scope, b"x-specroute-class"))
-        sticky = next((v for h in STICKY_HEADERS if (v := _header(scope, h))), None)
-        if sticky is None and isinstance(parsed.body.get("user"), str):
-            sticky = parsed.body["user"]
-        return RequestInfo(
-            parsed.model,
-            classification.label,
-            parsed.greedy,
-            sticky,
-            request_id,
-            prompt_bytes=len(parsed.raw),
-            max_tokens=wanted or None,
-            # Hashed here only when the routing reads them; the prefix index hashes the
-            # prompt after the response otherwise (not on the time to first token).
-            prefix_chunks=(
-                prompt_chunks(parsed.body) if self.runtime.scheduler.reads_prompt_chunks else ()
-            ),
-        )
-
-    def _caller(self, scope: Message, admission: Admission | None) -> _Caller:
+    def _caller(self, scope: Message, admission: Admission | None) -> Caller:
         trace = tuple(
             (name.decode(), value) for name in TRACE_HEADERS if (value := _header(scope, name))
         )
         forwarded = _header(scope, b"authorization") if self.door.open else None
         quota = tuple(admission.headers) if admission is not None else ()
-        return _Caller(trace, forwarded, quota)
-
-    async def _settle(self, admission: Admission, kind: Endpoint, served: _Attempt | None) -> None:
-        """The tenant's reservation settled against what the served attempt reported."""
-        outcome = served.outcome if served is not None else None
-        await admission.close(
-            endpoint=kind.value,
-            label=served.decision.request.label if served else "",
-            pool=outcome.pool if outcome else "",
-            ok=bool(outcome and outcome.ok),
-            prompt_tokens=outcome.prompt_tokens if outcome else None,
-            completion_tokens=outcome.completion_tokens if outcome else None,
-        )
+        return Caller(trace, forwarded, quota)
 
     # -- retry decision -------------------------------------------------------------------
     async def _attempts(
         self,
         parsed: ParsedRequest,
         info: RequestInfo,
-        caller: _Caller,
+        caller: Caller,
         watch: Watch,
         send: Send,
         rid: bytes,
-    ) -> _Attempt | None:
+    ) -> Attempt | None:
         """Try backends in the scheduler's order until one sends a first byte; the attempt
         that served the request (``None``: every backend failed)."""
         tried: set[str] = set()
@@ -300,10 +195,9 @@ class Gateway:
                 break
             backend = chosen.backend
             tried.add(backend.name)
-            attempt = self._attempt(parsed, decision, backend, rid, number, caller)
-            if number == 1 and self.overload.sheds:  # a retry has already waited: not refused
-                attempt.prediction = self._predict(decision, backend)
-                self.overload.admit(decision.request, backend, attempt.prediction)
+            attempt = self.dispatch.new_attempt(parsed, decision, backend, rid, number, caller)
+            if number == 1:  # a retry has already waited: not refused
+                self.dispatch.judge(attempt)
             attempt.wait_s = min(self.settings.first_byte_timeout_s, max(left, 0.0))
             if self.settings.resume_streams and resumable(parsed):
                 attempt.keep = []
@@ -335,8 +229,8 @@ class Gateway:
 
     # -- resumption (proxy/gateway/resume.py) --------------------------------------------
     async def _resume(
-        self, served: _Attempt, info: RequestInfo, tried: set[str], watch: Watch, send: Send
-    ) -> _Attempt:
+        self, served: Attempt, info: RequestInfo, tried: set[str], watch: Watch, send: Send
+    ) -> Attempt:
         """Continue a stream broken after its first byte on other backends, at most
         ``max_resumes`` times; end it with the error event when that is not possible."""
         keep, held, parsed = served.keep, served.held, served.parsed
@@ -381,13 +275,13 @@ class Gateway:
 
     async def _continuation(
         self,
-        served: _Attempt,
+        served: Attempt,
         body: dict[str, object],
         partial: Partial,
         resumes: int,
         info: RequestInfo,
         tried: set[str],
-    ) -> _Attempt | None:
+    ) -> Attempt | None:
         """The next continuation's attempt on a backend not tried yet (``None``: none left)."""
         info.exclude = frozenset(tried)
         decision = self.scheduler.schedule(info)
@@ -397,20 +291,22 @@ class Gateway:
         tried.add(backend.name)
         parsed = dataclasses.replace(served.parsed, body=body, raw=orjson.dumps(body))
         number = served.outcome.attempts + 1
-        attempt = self._attempt(parsed, decision, backend, served.rid, number, served.caller)
+        attempt = self.dispatch.new_attempt(
+            parsed, decision, backend, served.rid, number, served.caller
+        )
         attempt.outcome.text = None  # a partial output: nothing to compare
         attempt.keep = served.keep
         known = partial.prompt_token_ids
         attempt.rewrite = Continuation(partial, resumes, len(known) if known else None)
         return attempt
 
-    async def _try_continuation(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
+    async def _try_continuation(self, attempt: Attempt, watch: Watch, send: Send) -> None:
         try:
             await self._try(attempt, watch, send)
         except UpstreamFailure as failure:
             self.metrics.retries.labels(attempt.backend.name, failure.code).inc()
 
-    async def _close_finished(self, served: _Attempt, partial: Partial, send: Send) -> None:
+    async def _close_finished(self, served: Attempt, partial: Partial, send: Send) -> None:
         """A stream broken after its last token: the output is whole, only usage and
         ``[DONE]`` were missing; end it here."""
         self.metrics.resumes.labels("closed").inc()
@@ -422,140 +318,38 @@ class Gateway:
             body = closing_event(partial, prompt) + DONE
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _try(self, attempt: _Attempt, watch: Watch, send: Send) -> None:
+    async def _try(self, attempt: Attempt, watch: Watch, send: Send) -> None:
         """Dispatch and relay one attempt; raises :class:`UpstreamFailure` before a first byte."""
         try:
             try:
                 first = await self._dispatch(attempt, watch)
             except UpstreamOverloaded as busy:
                 after = parse_retry_after(busy.retry_after)
-                self.outliers.overloaded(attempt.backend, after, busy.health)
+                self.dispatch.outliers.overloaded(attempt.backend, after, busy.health)
                 raise
             except UpstreamFailure as failure:
-                self.outliers.failed(attempt.backend, failure.health)
+                self.dispatch.outliers.failed(attempt.backend, failure.health)
                 raise
             if first is not None:  # None: the client left before the first byte
                 await self._relay(attempt, first, watch, send)
-                self._passive_verdict(attempt)
+                self.dispatch.passive_verdict(attempt)
         finally:
-            await self._cleanup(attempt)
+            await self._release(attempt)
 
-    def _passive_verdict(self, attempt: _Attempt) -> None:
-        """Tell outlier detection how a relayed response went: a stream that broke, stalled
-        or ended without ``[DONE]`` is a failure of its backend, a complete one (or a 4xx,
-        the request's fault) a success; a client leaving says nothing about the backend."""
-        outcome = attempt.outcome
-        if outcome.client_gone:
-            return
-        if attempt.parsed.stream and outcome.status == 200 and not outcome.ok:
-            self.outliers.failed(attempt.backend, outcome.error or "stream broken")
-        else:
-            self.outliers.succeeded(attempt.backend)
-
-    # -- accounting -----------------------------------------------------------------------
-    def _predict(self, decision: Decision, backend: BackendState) -> Prediction:
-        """The latency model's prediction for the request on its chosen backend, made before
-        the request counts there (as the scheduler saw it): judged by the overload guard,
-        then kept as the attempt's forecast."""
-        share = self.scheduler.cached_share(decision, backend)
-        return self.runtime.latency.predict(backend, decision.request, share)
-
-    def _attempt(
-        self,
-        parsed: ParsedRequest,
-        decision: Decision,
-        backend: BackendState,
-        rid: bytes,
-        number: int,
-        caller: _Caller,
-    ) -> _Attempt:
-        """An attempt on the backend the decision chose, not counted there yet."""
-        outcome = Outcome(
-            backend=backend.name,
-            pool=backend.spec.pool,
-            speculative=backend.speculative,
-            label=decision.request.label,
-            load=0,  # the backend's in-flight count with this request: set by ``_account``
-            started=time.monotonic(),
-            attempts=number,
-        )
-        sampler = self.sampler
-        # Responses API outputs are not replayed (the comparison reads chat/completions).
-        comparable = parsed.kind is not Endpoint.RESPONSES and parsed.greedy and parsed.n == 1
-        if comparable and sampler and sampler.should_capture(backend):
-            outcome.text = []  # this output will be replayed and compared: capture it
-        return _Attempt(parsed, decision, backend, rid, outcome, caller)
-
-    def _account(self, attempt: _Attempt) -> None:
-        """Count the request on its backend (in flight, pending prefill; undone by cleanup)
-        and keep its forecast. The upstream client calls this once the request is written,
-        or before it first waits for a connection (``UpstreamClient.post``): no other
-        request decides in between, and the engine starts on the prompt meanwhile."""
-        backend, request = attempt.backend, attempt.decision.request
-        prediction = attempt.prediction
-        if prediction is None:
-            prediction = self._predict(attempt.decision, backend)
-        forecast = self.runtime.latency.dispatch(backend, request, prediction)
-        backend.local_inflight += 1
-        # Its prompt's prefill is pending on the backend until the first byte comes back
-        # (the load scorer and the latency model count it): the body size over a
-        # bytes-per-token ratio learned per class from the usage the backends report
-        # (LatencyModel.prompt_tokens; estimate_prompt_tokens' 4 until measured), less what
-        # its engine likely has cached where the routing hashed the prompt's chunks.
-        attempt.prefill = forecast.prompt_tokens - forecast.cached_tokens
-        backend.prefill_pending += attempt.prefill
-        attempt.counted = True
-        outcome = attempt.outcome
-        outcome.load, outcome.forecast = backend.inflight, forecast
-        # Write-behind: a round trip to a shared store must not delay the first token; the
-        # release in cleanup waits for both writes, in order.
-        self.store.count_inflight(backend.name, 1)
-        # The route's explanation and the response headers are built while the backend
-        # works on the prompt, not after its first byte; the scheduler's catch-up after
-        # them (the route's sentence writes the backend too).
-        asyncio.get_running_loop().call_soon(self._prepare, attempt)
-        self._catch_up_soon()
-
-    def _first_byte_came(self, attempt: _Attempt) -> None:
-        # The first byte (a streamed response's first chunk, or the whole of a unary one) or
-        # the end of the stream: the prompt is no longer waiting for prefill.
-        attempt.backend.prefill_pending -= attempt.prefill
-        attempt.prefill = 0
-
-    async def _cleanup(self, attempt: _Attempt) -> None:
-        backend, outcome = attempt.backend, attempt.outcome
-        if attempt.counted:
-            backend.local_inflight -= 1
-            if attempt.prefill:  # no first byte: failed, timed out, retried, client gone
-                backend.prefill_pending -= attempt.prefill
-        if attempt.upstream is not None and outcome.finished == 0.0:
+    async def _release(self, attempt: Attempt) -> None:
+        """The attempt's counts undone, its upstream request dropped unless it ended, and
+        the listeners told (``Dispatcher.finish``)."""
+        counted = self.dispatch.uncount(attempt)
+        if attempt.upstream is not None and attempt.outcome.finished == 0.0:
             await attempt.upstream.abort()
-        if outcome.finished == 0.0:
-            outcome.finished = time.monotonic()
-        if attempt.counted:
-            await self.store.add_inflight(backend.name, -1)
-        if outcome.first_byte is not None or outcome.client_gone:
-            route = attempt.route or self._route(attempt)
-            for listener in self.listeners:
-                listener.on_outcome(attempt.parsed, outcome, route)
-        self._catch_up_soon()
-
-    def _catch_up_soon(self) -> None:
-        """Queue the scheduler's catch-up (``Scheduler.catch_up``) for the loop's next
-        pass: after a request's dispatch (its in-flight count and pending prompt) and after
-        its end (the same undone, what its outcome taught; its first byte's write rides
-        along), once per pass for however many requests wrote meanwhile. It runs while
-        the backend works, and the next decision finds the kept results current."""
-        if not self._catching_up:
-            self._catching_up = True
-            asyncio.get_running_loop().call_soon(self._catch_up)
-
-    def _catch_up(self) -> None:
-        self._catching_up = False
-        self.scheduler.catch_up()
+        if attempt.outcome.finished == 0.0:
+            attempt.outcome.finished = time.monotonic()
+        if counted:
+            await self.store.add_inflight(attempt.backend.name, -1)
+        self.dispatch.finish(attempt)
 
     # -- dispatch -------------------------------------------------------------------------
-    async def _dispatch(self, attempt: _Attempt, watch: Watch) -> bytes | None:
+    async def _dispatch(self, attempt: Attempt, watch: Watch) -> bytes | None:
         """Send the request and wait for its first byte (``None``: the client left first)."""
         parsed, backend, outcome = attempt.parsed, attempt.backend, attempt.outcome
         body = with_usage(parsed) if attempt.strip_usage else parsed.raw
@@ -563,7 +357,7 @@ class Gateway:
         timeout = attempt.wait_s
         if timeout is None:  # a continuation: its stream has started, no budget applies
             timeout = self.settings.first_byte_timeout_s
-        written = functools.partial(self._account, attempt)
+        written = functools.partial(self.dispatch.account, attempt)
         try:
             async with asyncio.timeout(timeout):
                 url = backend.spec.url + parsed.kind.path
@@ -592,13 +386,13 @@ class Gateway:
         except UpstreamError as exc:
             message = f"backend {backend.name} unreachable: {exc.detail}"
             raise UpstreamUnreachable(backend.name, message, exc.detail) from exc
-        self._first_byte_came(attempt)
+        self.dispatch.first_byte_came(attempt)
         if streamed and not first:
             message = f"backend {backend.name} closed the stream before the first byte"
             raise UpstreamClosedEarly(backend.name, message, "closed before first byte")
         return first
 
-    def _upstream_headers(self, attempt: _Attempt) -> dict[str, str]:
+    def _upstream_headers(self, attempt: Attempt) -> dict[str, str]:
         caller = attempt.caller
         headers = {
             "content-type": "application/json",
@@ -615,11 +409,11 @@ class Gateway:
         return headers
 
     # -- relay ----------------------------------------------------------------------------
-    async def _relay(self, attempt: _Attempt, first: bytes, watch: Watch, send: Send) -> None:
+    async def _relay(self, attempt: Attempt, first: bytes, watch: Watch, send: Send) -> None:
         upstream, outcome = attempt.upstream, attempt.outcome
         assert upstream is not None
         outcome.first_byte = time.monotonic()
-        headers = self._response_headers(attempt, upstream.content_type)
+        headers = self.dispatch.response_headers(attempt, upstream.content_type, upstream.passed)
         if upstream.status != 200 or not attempt.parsed.stream:
             if attempt.rewrite is not None:
                 # A continuation refused (a 4xx): the stream already started ends broken.
@@ -670,64 +464,3 @@ class Gateway:
         await upstream.release()
         await send({"type": "http.response.start", "status": upstream.status, "headers": headers})
         await send({"type": "http.response.body", "body": payload, "more_body": False})
-
-    def _route(self, attempt: _Attempt) -> Route:
-        backend = attempt.backend
-        reason = self.scheduler.reason(attempt.decision)
-        return Route(attempt.decision.request, backend.name, backend.spec.pool, reason)
-
-    def _prepare(self, attempt: _Attempt) -> None:
-        """The route and the fixed part of the response headers (once per attempt)."""
-        if attempt.head is not None:
-            return
-        route = attempt.route = attempt.route or self._route(attempt)
-        headers = [
-            (b"cache-control", b"no-cache"),
-            (b"x-request-id", attempt.rid),
-            (b"x-specroute-class", route.request.label.encode("latin-1")),
-        ]
-        # The sentence is built here, while the backend prefills, whether or not it is sent:
-        # read later (the console, after the response), it would describe the fleet's state
-        # at that later moment rather than the one the request was routed on.
-        reason = self._routed_text(attempt, route)
-        if self.settings.route_headers:
-            text = f"pool={route.pool}; backend={route.backend}; reason={reason}"
-            headers.append((b"x-specroute-backend", route.backend.encode("latin-1")))
-            headers.append((b"x-specroute-route", text.encode("ascii", "replace")))
-        attempt.head = headers
-
-    @staticmethod
-    def _routed_text(attempt: _Attempt, route: Route) -> str:
-        """The route's sentence for the fleet as the scheduler saw it: the attempt's own
-        in-flight count and pending prompt are off its backend while the sentence is built
-        (no await in between, so no other request sees the difference). Counted, they made
-        its predictions those of a request queued behind itself: one more in the batch and
-        its own prompt twice in the TTFT."""
-        backend, prefill = attempt.backend, attempt.prefill
-        backend.local_inflight -= 1
-        backend.prefill_pending -= prefill
-        try:
-            return route.reason.text
-        finally:
-            backend.local_inflight += 1
-            backend.prefill_pending += prefill
-
-    def _response_headers(self, attempt: _Attempt, content_type: str) -> list[tuple[bytes, bytes]]:
-        self._prepare(attempt)  # already done unless the first byte beat the loop's next turn
-        route, head = attempt.route, attempt.head
-        assert route is not None
-        assert head is not None
-        self.metrics.decisions.labels(route.pool, route.reason.kind, route.request.label).inc()
-        ctype = (content_type or "application/json").encode("latin-1")
-        headers = [(b"content-type", ctype), *head]
-        quota = attempt.caller.quota
-        upstream = attempt.upstream
-        if upstream is not None and upstream.passed:
-            # The backend's back-off signals; its x-ratelimit-* yield to the tenant's own.
-            headers += [
-                (name, value)
-                for name, value in upstream.passed
-                if not (quota and name.startswith(b"x-ratelimit-"))
-            ]
-        headers += quota
-        return headers

@@ -115,6 +115,96 @@ def stream_error_event(kind: Endpoint, error: GatewayError) -> bytes:
     return error.sse_event() + DONE
 
 
+class EventReader:
+    """A response stream cut at SSE event boundaries, with what matters read on the way.
+
+    :meth:`feed` takes the bytes as they come and gives back the complete events among
+    them (the rest waits for the next read): a substring test per read for the usage event
+    (tokens, per-request acceptance), full parsing only when the output is captured for
+    shadow verification, and the usage event dropped again where the gateway asked for it
+    and the client did not. The relay of ``specroute serve`` and the picker's view of a
+    response Envoy relays both read through one.
+    """
+
+    __slots__ = ("_capture", "_outcome", "_responses", "_rewrite", "_strip", "done", "pending")
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        kind: Endpoint = Endpoint.CHAT,
+        *,
+        strip_usage: bool = False,
+        rewrite: Callable[[bytes], bytes] | None = None,
+    ) -> None:
+        self._outcome = outcome
+        self._strip = strip_usage
+        self._capture = outcome.text is not None
+        self._responses = kind is Endpoint.RESPONSES
+        # For a continuation: how its events become the original stream's.
+        self._rewrite = rewrite
+        # The bytes after the last complete event, and whether the stream's end was read.
+        self.pending = b""
+        self.done = False
+
+    @property
+    def complete(self) -> bool:
+        """The stream's last event came and nothing was left half sent after it."""
+        return self.done and not self.pending.strip()
+
+    def feed(self, data: bytes) -> bytes:
+        """The complete events of what came so far (b"" while none is complete)."""
+        if self.pending:
+            data = self.pending + data
+            self.pending = b""
+        cut = data.rfind(_EVENT_END)
+        if cut < 0:
+            self.pending = data
+            return b""
+        end = cut + 2
+        if end != len(data):
+            self.pending = data[end:]
+            data = data[:end]
+        if self._rewrite is not None:
+            data = self._rewrite(data)
+        if self._capture or b'"usage"' in data:
+            data = self._inspect(data)
+        self._outcome.events += data.count(_EVENT_END)
+        if data.endswith(DONE) or (self._responses and any(e in data for e in _RESPONSES_END)):
+            self.done = True
+        return data
+
+    def _inspect(self, data: bytes) -> bytes:
+        """Parse the events of ``data`` that matter; drop the usage event if injected."""
+        outcome, strip = self._outcome, self._strip
+        capture = self._capture
+        kept: list[bytes] = []
+        dropped = False
+        for event in data.split(_EVENT_END)[:-1]:
+            if not capture and b'"usage"' not in event:
+                # One read can carry dozens of events; parse only the one with usage.
+                kept.append(event)
+                continue
+            payload = _data_of(event)
+            if not payload or payload == b"[DONE]" or payload[:1] != b"{":
+                kept.append(event)
+                continue
+            try:
+                obj = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                kept.append(event)
+                continue
+            if b'"usage"' in event:
+                absorb_usage(outcome, obj)
+            capture_text(outcome, obj)
+            if strip and obj.get("usage") and not obj.get("choices"):
+                dropped = True
+                continue
+            kept.append(event)
+        if not dropped:
+            return data
+        return b"".join(event + _EVENT_END for event in kept)
+
+
 class StreamRelay:
     """Forward one SSE response, watching the client and the upstream's idleness."""
 
@@ -137,7 +227,6 @@ class StreamRelay:
         self._upstream = upstream
         self._outcome = outcome
         self._idle_timeout = idle_timeout_s
-        self._strip_usage = strip_usage
         self._kind = kind
         self._request_id = request_id
         self._last = 0.0
@@ -146,8 +235,7 @@ class StreamRelay:
         # and a failure left to the caller (status, code) instead of ending the stream.
         self._keep = keep
         self.held: tuple[int, str] | None = None
-        # For a continuation: how its events become the original stream's.
-        self._rewrite = rewrite
+        self._reader = EventReader(outcome, kind, strip_usage=strip_usage, rewrite=rewrite)
 
     def _check_idle(self) -> None:
         # A timer per stream instead of a timeout per read: reads only stamp the time.
@@ -201,77 +289,25 @@ class StreamRelay:
     async def _pump(self, data: bytes, loop: asyncio.AbstractEventLoop) -> None:
         send = self._send
         upstream = self._upstream
-        outcome = self._outcome
-        strip = self._strip_usage
-        inspect_all = outcome.text is not None
-        keep, rewrite = self._keep, self._rewrite
-        responses = self._kind is Endpoint.RESPONSES
-        pending = b""
-        saw_done = False
+        reader = self._reader
+        keep = self._keep
         while True:
-            if pending:
-                data = pending + data
-                pending = b""
-            cut = data.rfind(_EVENT_END)
-            if cut < 0:
-                pending = data
-            else:
-                end = cut + 2
-                if end != len(data):
-                    pending = data[end:]
-                    data = data[:end]
-                if rewrite is not None:
-                    data = rewrite(data)
-                if inspect_all or b'"usage"' in data:
-                    data = self._inspect(data, strip)
-                outcome.events += data.count(_EVENT_END)
-                if data.endswith(DONE) or (responses and any(e in data for e in _RESPONSES_END)):
-                    saw_done = True
-                if data:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                    if keep is not None:
-                        keep.append(data)
+            data = reader.feed(data)
+            if data:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                if keep is not None:
+                    keep.append(data)
             data = await upstream.next_chunk()
             self._last = loop.time()
             if not data:
                 break
-        if saw_done and not pending.strip():
+        outcome = self._outcome
+        if reader.complete:
             outcome.ok = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         outcome.error = f"backend {outcome.backend} ended the stream before its last event"
         await self._fail(502, "upstream_stream_truncated")
-
-    def _inspect(self, data: bytes, strip: bool) -> bytes:
-        """Parse the events of ``data`` that matter; drop the usage event if injected."""
-        outcome = self._outcome
-        capture = outcome.text is not None
-        kept: list[bytes] = []
-        dropped = False
-        for event in data.split(_EVENT_END)[:-1]:
-            if not capture and b'"usage"' not in event:
-                # One read can carry dozens of events; parse only the one with usage.
-                kept.append(event)
-                continue
-            payload = _data_of(event)
-            if not payload or payload == b"[DONE]" or payload[:1] != b"{":
-                kept.append(event)
-                continue
-            try:
-                obj = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                kept.append(event)
-                continue
-            if b'"usage"' in event:
-                absorb_usage(outcome, obj)
-            capture_text(outcome, obj)
-            if strip and obj.get("usage") and not obj.get("choices"):
-                dropped = True
-                continue
-            kept.append(event)
-        if not dropped:
-            return data
-        return b"".join(event + _EVENT_END for event in kept)
 
     async def _fail(self, status: int, code: str) -> None:
         """End a started stream visibly (unless the caller may resume it: then ``held``)."""

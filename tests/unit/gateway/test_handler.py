@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from proxy.gateway.auth import FrontDoor, LocalLimiter, TenantMetrics
+from proxy.gateway.dispatch import Dispatcher
 from proxy.gateway.handler import Gateway
 from proxy.gateway.relay import Message
 from proxy.gateway.runtime import Runtime
@@ -118,9 +119,8 @@ def build(
     upstream, recorder = FakeUpstream(script), Recorder()
     settings = Settings(first_byte_timeout_s=0.2, route_headers=route_headers)
     door = FrontDoor(None, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
-    gateway = Gateway(
-        settings, runtime, upstream, door, BackendCredentials(policy), listeners=[recorder]
-    )
+    dispatch = Dispatcher(settings, runtime, listeners=[recorder])
+    gateway = Gateway(settings, runtime, upstream, door, BackendCredentials(policy), dispatch)
     return gateway, upstream, recorder
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from proxy.gateway.auth import FrontDoor, KeyRing, LocalLimiter, TenantMetrics, hash_key
 from proxy.gateway.auth.keys import KeysFile
+from proxy.gateway.dispatch import Dispatcher
 from proxy.gateway.handler import Gateway
 from proxy.gateway.relay import Message
 from proxy.gateway.runtime import Runtime
@@ -60,7 +61,8 @@ def build(upstream: HeaderUpstream, *, keyed_backend: bool, keys: KeyRing | None
         policy, MemoryStore(), GatewayMetrics(), fleet, acceptance, break_even, scheduler
     )
     door = FrontDoor(keys, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
-    return Gateway(Settings(), runtime, upstream, door, BackendCredentials(policy))
+    dispatch = Dispatcher(Settings(), runtime)
+    return Gateway(Settings(), runtime, upstream, door, BackendCredentials(policy), dispatch)
 
 
 async def call(
