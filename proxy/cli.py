@@ -1,4 +1,4 @@
-"""The ``specroute`` command: serve, sim, policy validate, check, bench, plan."""
+"""The ``specroute`` command: serve, epp, sim, policy validate, check, bench, plan."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -60,34 +61,47 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from proxy.gateway.banner import banner
-    from proxy.gateway.server_limits import uvicorn_limits
-
+def _settings(command: str, args: argparse.Namespace, extra: dict[str, object]) -> Settings | None:
+    """The process settings from the command line over ``SPECROUTE_*``; ``None`` (said on
+    stderr) when they do not hold."""
     try:
-        settings = Settings.from_env(
+        return Settings.from_env(
             {
                 "host": args.host,
-                "port": args.port,
                 "policy_path": args.config,
-                "workers": args.workers,
                 "redis_url": args.redis_url,
                 "admin_token": args.admin_token,
-                "upstream_client": args.upstream,
                 "log_level": args.log_level,
                 "log_format": args.log_format,
-                "sim_logs": args.sim_logs or None,
-                "access_log": args.access_log or None,
-                "traffic_log_path": args.traffic_log,
                 "keys_file": args.keys_file,
+                **extra,
             }
         )
     except ValidationError as exc:
         for error in exc.errors():
             where = "".join(f"{p}: " for p in error["loc"])
-            print(f"specroute serve: {where}{error['msg']}", file=sys.stderr)
+            print(f"specroute {command}: {where}{error['msg']}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.gateway.banner import banner
+
+    settings = _settings(
+        "serve",
+        args,
+        {
+            "port": args.port,
+            "workers": args.workers,
+            "upstream_client": args.upstream,
+            "sim_logs": args.sim_logs or None,
+            "access_log": args.access_log or None,
+            "traffic_log_path": args.traffic_log,
+        },
+    )
+    if settings is None:
         return 2
     problem = _startup_problem(settings)
     if problem is not None:
@@ -108,7 +122,26 @@ def _serve(args: argparse.Namespace) -> int:
             )
             return 2
     configure_logging(settings.log_level, settings.log_format)
-    common = {
+    common = _uvicorn_options(settings)
+    if settings.workers > 1:
+        os.environ[SETTINGS_ENV] = settings.model_dump_json()
+        # Printed once here rather than by each worker.
+        path = settings.policy_path
+        assert path is not None  # checked above: several workers need --config
+        print(banner(settings, load_policy(path), str(path)))
+        uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)
+    else:
+        from proxy.gateway.app import create_app
+        from proxy.gateway.banner import announce
+
+        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)
+    return 0
+
+
+def _uvicorn_options(settings: Settings) -> dict[str, Any]:
+    from proxy.gateway.server_limits import uvicorn_limits
+
+    return {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
@@ -122,18 +155,39 @@ def _serve(args: argparse.Namespace) -> int:
         "proxy_headers": False,
         "timeout_graceful_shutdown": settings.shutdown_drain_s,
     }
-    if settings.workers > 1:
-        os.environ[SETTINGS_ENV] = settings.model_dump_json()
-        # Printed once here rather than by each worker.
-        path = settings.policy_path
-        assert path is not None  # checked above: several workers need --config
-        print(banner(settings, load_policy(path), str(path)))
-        uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)
-    else:
-        from proxy.gateway.app import create_app
-        from proxy.gateway.banner import announce
 
-        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)
+
+def _epp(args: argparse.Namespace) -> int:
+    """``specroute epp``: the Endpoint Picker for Envoy (ext_proc), with the admin API,
+    /metrics and /ui on the HTTP port (9090 unless set)."""
+    import uvicorn
+
+    from proxy.epp.app import create_picker_app
+
+    port = args.http_port
+    if port is None and not os.environ.get("SPECROUTE_PORT"):
+        port = 9090
+    settings = _settings(
+        "epp",
+        args,
+        {
+            "port": port,
+            "grpc_port": args.grpc_port,
+            "health_port": args.health_port,
+            "grpc_tls": args.grpc_tls,
+            "grpc_cert_path": args.grpc_cert,
+            "grpc_key_path": args.grpc_key,
+            "fallback_endpoints": args.fallback_endpoints,
+        },
+    )
+    if settings is None:
+        return 2
+    problem = _startup_problem(settings)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
+    uvicorn.run(create_picker_app(settings), **_uvicorn_options(settings))
     return 0
 
 
@@ -248,6 +302,38 @@ def build_parser() -> argparse.ArgumentParser:
         "--keys-file", type=Path, default=None, help="API keys and tenants (default: open)"
     )
     serve.set_defaults(func=_serve)
+
+    epp = sub.add_parser(
+        "epp",
+        help="run as the Endpoint Picker of an Envoy-based gateway (ext_proc over gRPC)",
+    )
+    epp.add_argument("--config", type=Path, help="policy YAML file (watched for changes)")
+    epp.add_argument("--host", default=None, help="address of all three ports")
+    epp.add_argument("--grpc-port", type=int, default=None, help="ext_proc (default 9002)")
+    epp.add_argument("--health-port", type=int, default=None, help="gRPC health (default 9003)")
+    epp.add_argument(
+        "--http-port", type=int, default=None, help="admin, /metrics, /ui (default 9090)"
+    )
+    epp.add_argument(
+        "--grpc-tls",
+        choices=["self-signed", "files", "off"],
+        default=None,
+        help="ext_proc's TLS (default self-signed, made at start)",
+    )
+    epp.add_argument("--grpc-cert", type=Path, default=None, help="with --grpc-tls files")
+    epp.add_argument("--grpc-key", type=Path, default=None, help="with --grpc-tls files")
+    epp.add_argument(
+        "--fallback-endpoints",
+        type=int,
+        default=None,
+        help="addresses after the primary, for data planes that retry down the list (0)",
+    )
+    epp.add_argument("--redis-url", default=None)
+    epp.add_argument("--admin-token", default=None)
+    epp.add_argument("--log-level", default=None)
+    epp.add_argument("--log-format", choices=["text", "json"], default=None)
+    epp.add_argument("--keys-file", type=Path, default=None, help="API keys and tenants")
+    epp.set_defaults(func=_epp)
 
     keys = sub.add_parser("keys", help="API keys for the keys file")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -139,6 +139,23 @@ class Settings(BaseModel):
         description="addresses or networks whose X-Forwarded-For names the real client",
     )
 
+    # The Endpoint Picker face (`specroute epp`, proxy/epp/): Envoy's ext_proc on grpc_port,
+    # the gRPC health services on health_port (the reference picker's 9002 and 9003), the
+    # admin API, /metrics and /ui over HTTP on `port` (9090 when started by `specroute epp`).
+    grpc_port: int = Field(default=9002, ge=0, le=65535)
+    health_port: int = Field(default=9003, ge=0, le=65535)
+    grpc_tls: Literal["self-signed", "files", "off"] = Field(
+        default="self-signed",
+        description="the ext_proc server's TLS: a certificate made at start (as the reference "
+        "picker serves by default), grpc_cert_path/grpc_key_path, or plaintext",
+    )
+    grpc_cert_path: Path | None = None
+    grpc_key_path: Path | None = None
+    # Addresses after the primary in the picker's answer, for a data plane whose retries go
+    # down the list; 0 as the reference picker (one endpoint): Envoy's ORIGINAL_DST cluster
+    # reads the header as one address and fails a list.
+    fallback_endpoints: int = Field(default=0, ge=0, le=8)
+
     @field_validator(
         "cors_allow_origins",
         "cors_allow_methods",

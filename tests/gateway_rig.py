@@ -78,10 +78,15 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def run_gateway(
-    settings: Settings, *, store: Store | None = None, options: dict[str, Any] | None = None
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    options: dict[str, Any] | None = None,
+    factory: Callable[..., FastAPI] = create_app,
 ) -> Iterator[GatewayHandle]:
-    """The gateway on a free port in a thread; ``options``: extra ``uvicorn.Config`` arguments."""
-    app = create_app(settings, store=store)
+    """The gateway on a free port in a thread; ``options``: extra ``uvicorn.Config`` arguments;
+    ``factory``: the app's (``create_picker_app`` for the picker)."""
+    app = factory(settings, store=store)
     port = settings.port or free_port()
     config = uvicorn.Config(
         app,

@@ -212,6 +212,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             _spawn(tasks, door.watch_keys(settings.policy_poll_s), "keys-watch")
         yield
     finally:
+        for hook in app.state.shutdown_hooks:
+            await hook(app)
         await stop_tasks(tasks, TASKS_STOP_S)
         # The traffic log's drain was started by the first request, not by this lifespan:
         # closed here, it writes what is still queued and closes its files before the store
@@ -291,8 +293,11 @@ def create_app(
     *,
     store: Store | None = None,
     startup_hooks: list[StartupHook] | None = None,
+    shutdown_hooks: list[StartupHook] | None = None,
 ) -> FastAPI:
-    """Build the gateway app. ``store`` overrides the configured one (tests)."""
+    """Build the gateway app. ``store`` overrides the configured one (tests);
+    ``startup_hooks`` run once the components are built, ``shutdown_hooks`` first at
+    shutdown (another face on the same components, such as the picker's gRPC servers)."""
     settings = settings or Settings()
     app = GatewayApp(
         title="specroute", version="0.1.0", lifespan=lifespan, default_response_class=OrjsonResponse
@@ -300,6 +305,7 @@ def create_app(
     app.state.settings = settings
     app.state.store_override = store
     app.state.startup_hooks = list(startup_hooks or [])
+    app.state.shutdown_hooks = list(shutdown_hooks or [])
     app.state.started_at = time.time()
     app.include_router(public_router())
     app.include_router(passthrough_router())

@@ -1,0 +1,370 @@
+"""The picker's decisions: the gateway's brain behind Envoy.
+
+Each request Envoy hands over goes through what ``specroute serve`` does before its first
+upstream byte (``proxy/gateway/handler.py``): the front door (key, tenant limits), the
+request's parse and class, the scheduler with the policy in force, the overload guard on
+the chosen backend, and the accounting (``Dispatcher.account``) as the answer goes back to
+Envoy, which then connects. The response is read as Envoy relays it (``PickedExchange``):
+its status for outlier detection and back-off, its first chunk for the time to first
+token, its SSE events through the relay's own :class:`~proxy.gateway.relay.EventReader`
+(usage, per-request acceptance, the text of shadow-sampled requests), and its end for the
+release, which tells every listener as the relay's does.
+
+Where the faces differ, on purpose:
+
+- The picker cannot retry a request itself; it names fallbacks after the primary
+  (``fallbacks``, 0 by default as the reference picker's ``maxNumOfEndpoints`` 1: a data
+  plane that reads one address, such as Envoy's ``ORIGINAL_DST`` cluster, refuses a list),
+  and accounts the request on the endpoint Envoy reports as the one that served.
+- Overload is answered 429 (the protocol's "should be dropped"), not 503, so the gateway's
+  retry policy does not send it straight back.
+- Stream resumption needs the relay: not available through Envoy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.epp.endpoints import Endpoints
+from proxy.epp.seams import Header, Pick, ProxiedRequest, Refusal
+from proxy.errors import RETRY_SOON, GatewayError
+from proxy.gateway.auth import Admission, FrontDoor
+from proxy.gateway.dispatch import Attempt, Caller, Dispatcher
+from proxy.gateway.relay import EventReader, absorb_usage, capture_text
+from proxy.gateway.request import (
+    estimate_prompt_tokens,
+    parse_request,
+    requested_output_tokens,
+    with_usage,
+)
+from proxy.policy.credentials import BackendCredentials
+from proxy.records import ENDPOINT_BY_PATH, Endpoint, ParsedRequest
+from proxy.routing.fleet import BackendState
+from proxy.routing.outlier import parse_retry_after
+from proxy.routing.scheduler.scheduler import Decision
+from proxy.settings import Settings
+
+log = logging.getLogger("specroute.epp")
+
+# The response headers the exchange adds: the route's own, never the upstream's.
+_ADDED = (b"x-request-id", b"x-specroute-class", b"x-specroute-backend", b"x-specroute-route")
+# Reads any engine answers alike, passed to one without routing.
+_READS = frozenset({"/version", "/health"})
+# A unary response is parsed for its usage at its end; past this size it is not kept.
+_UNARY_KEEP_BYTES = 4 * 1024 * 1024
+
+
+def _refusal(err: GatewayError) -> Refusal:
+    headers = [("content-type", "application/json")]
+    headers += [(k.decode("latin-1"), v.decode("latin-1")) for k, v in err.headers]
+    return Refusal(err.status, err.body(), tuple(headers))
+
+
+class PickerBrain:
+    """Routes the requests Envoy hands over with the gateway's components."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        dispatch: Dispatcher,
+        door: FrontDoor,
+        credentials: BackendCredentials,
+        endpoints: Endpoints,
+        *,
+        fallbacks: int = 0,
+    ) -> None:
+        self.settings = settings
+        self.dispatch = dispatch
+        self.runtime = dispatch.runtime
+        self.door = door
+        self.credentials = credentials
+        self.endpoints = endpoints
+        self.fallbacks = fallbacks
+        # Settling a tenant's reservation awaits its limiter: done off the ext_proc stream.
+        self._settling: set[asyncio.Task[None]] = set()
+
+    def ready(self) -> bool:
+        return len(self.endpoints) > 0 and self.runtime.fleet.any_healthy()
+
+    async def pick(
+        self, request: ProxiedRequest
+    ) -> tuple[Pick, PickedExchange | NoExchange] | Refusal:
+        headers = request.headers
+        request_id = headers.get("x-request-id") or os.urandom(16).hex()
+        path = headers.get(":path", "").partition("?")[0]
+        kind = ENDPOINT_BY_PATH.get(path)
+        admission: Admission | None = None
+        try:
+            if kind is None:
+                return self._unrouted(path, headers)
+            if headers.get(":method", "POST") != "POST":
+                raise GatewayError(405, f"{headers.get(':method')} is not allowed here; use POST")
+            tenant = self.door.authenticate(headers.get("authorization"))
+            if len(request.body) > self.settings.max_body_bytes:
+                raise GatewayError(413, f"request body over {self.settings.max_body_bytes} bytes")
+            parsed = parse_request(kind, request.body)
+            if parsed.model not in self.runtime.models:
+                raise GatewayError(
+                    404,
+                    f"The model `{parsed.model[:256]}` does not exist.",
+                    param="model",
+                    code="model_not_found",
+                )
+            wanted = requested_output_tokens(parsed.body)
+            info = self.dispatch.request_info(
+                parsed, lambda name: headers.get(name.decode("latin-1")), request_id, wanted
+            )
+            info.tenant = tenant.name if tenant is not None else None
+            if request.subset is not None:
+                info.exclude = self._outside(request.subset)
+            reserve = estimate_prompt_tokens(request.body) + wanted
+            admission = await self.door.admit(tenant, parsed.model, reserve, request_id)
+            decision = self.dispatch.scheduler.schedule(info)
+            chosen = decision.chosen
+            if chosen is None or self.endpoints.address(chosen.backend.name) is None:
+                raise GatewayError(
+                    503,
+                    f"no healthy backend can serve model `{parsed.model}` right now",
+                    code="no_healthy_backend",
+                    headers=[RETRY_SOON],
+                )
+            quota = tuple(admission.headers) if admission is not None else ()
+            rid = request_id.encode("latin-1")
+            attempt = self.dispatch.new_attempt(
+                parsed, decision, chosen.backend, rid, 1, Caller(quota=quota)
+            )
+            self._judge(attempt)
+        except GatewayError as err:
+            if admission is not None:
+                self._settle(admission, kind, None)
+            self.dispatch.metrics.errors.labels(
+                str(err.status), str(err.payload()["error"]["code"])
+            ).inc()
+            return _refusal(err)
+        self.dispatch.account(attempt)
+        exchange = PickedExchange(self, attempt, admission)
+        return self._pick(attempt, decision, headers), exchange
+
+    # -- the pieces of a pick ---------------------------------------------------------------
+    def _judge(self, attempt: Attempt) -> None:
+        """The overload guard's verdict, answered 429 (the protocol's "drop")."""
+        try:
+            self.dispatch.judge(attempt)
+        except GatewayError as err:
+            err.status = 429
+            err.type = "rate_limit_error"
+            raise
+
+    def _outside(self, subset: Sequence[str]) -> frozenset[str]:
+        """The backends not in the data plane's subset hint (an empty hint: all of them)."""
+        allowed = {self.endpoints.backend_at(address) for address in subset}
+        return frozenset(name for name in self.runtime.fleet.backends if name not in allowed)
+
+    def _pick(self, attempt: Attempt, decision: Decision, headers: Mapping[str, str]) -> Pick:
+        primary = attempt.backend
+        endpoints = [self.endpoints.address(primary.name) or ""]
+        if self.fallbacks:
+            endpoints += self._fallbacks(decision, primary)
+        parsed = attempt.parsed
+        body = with_usage(parsed) if attempt.strip_usage else None
+        set_headers: list[Header] = [
+            ("x-request-id", f"{attempt.rid.decode('latin-1')}-{os.urandom(4).hex()}")
+        ]
+        remove: tuple[str, ...] = ()
+        auth = self.credentials.for_backend(primary.name)
+        if auth.headers:
+            set_headers += list(auth.headers)
+        elif not self.door.open:
+            # The callers' keys are the gateway's, never an engine's.
+            remove = ("authorization",)
+        return Pick(tuple(endpoints), tuple(set_headers), remove, body, read_body=True)
+
+    def _fallbacks(self, decision: Decision, primary: BackendState) -> list[str]:
+        """The next best candidates of the same decision, as addresses."""
+        rest = sorted(
+            (c for c in decision.ordered if c.backend is not primary),
+            key=lambda c: c.total,
+            reverse=True,
+        )
+        found: list[str] = []
+        for candidate in rest:
+            address = self.endpoints.address(candidate.backend.name)
+            if address is not None:
+                found.append(address)
+                if len(found) == self.fallbacks:
+                    break
+        return found
+
+    def _unrouted(self, path: str, headers: Mapping[str, str]) -> tuple[Pick, NoExchange] | Refusal:
+        """A read the scheduler does not route (``GET /v1/models``, ``/version``,
+        ``/health``): the least loaded healthy backend answers it, unaccounted, as the
+        relay passes such requests through. Anything else is not served here."""
+        method = headers.get(":method", "GET")
+        if method == "GET" and (path.startswith("/v1/models") or path in _READS):
+            healthy = [b for b in self.runtime.fleet.backends.values() if b.healthy]
+            for backend in sorted(healthy, key=lambda b: b.inflight):
+                address = self.endpoints.address(backend.name)
+                if address is not None:
+                    return Pick((address,), read_body=False), NoExchange()
+            raise GatewayError(
+                503, "no healthy backend right now", code="no_healthy_backend", headers=[RETRY_SOON]
+            )
+        raise GatewayError(
+            404, f"Invalid URL ({method} {path})", code="unknown_url", type="invalid_request_error"
+        )
+
+    def _settle(self, admission: Admission, kind: Endpoint | None, served: Attempt | None) -> None:
+        endpoint = kind if kind is not None else Endpoint.CHAT
+        task = asyncio.get_running_loop().create_task(
+            self.dispatch.settle(admission, endpoint, served)
+        )
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+
+class NoExchange:
+    """A request passed through unrouted: nothing to account."""
+
+    def response_headers(
+        self, status: int, headers: Mapping[str, str], served: str | None
+    ) -> Sequence[Header]:
+        return ()
+
+    def body(self, chunk: bytes, end: bool) -> bytes:
+        return chunk
+
+    def close(self, complete: bool) -> None:
+        pass
+
+
+class PickedExchange:
+    """One picked request as Envoy relays its response."""
+
+    __slots__ = ("_admission", "_attempt", "_brain", "_kind", "_reader", "_unary")
+
+    def __init__(self, brain: PickerBrain, attempt: Attempt, admission: Admission | None) -> None:
+        self._brain = brain
+        self._attempt = attempt
+        self._admission = admission
+        parsed: ParsedRequest = attempt.parsed
+        self._kind = parsed.kind
+        # A stream is read event by event; a unary body is kept to be parsed at its end.
+        self._reader: EventReader | None = None
+        self._unary: list[bytes] | None = None
+        if parsed.stream:
+            self._reader = EventReader(
+                attempt.outcome, parsed.kind, strip_usage=attempt.strip_usage
+            )
+        else:
+            self._unary = []
+
+    def response_headers(
+        self, status: int, headers: Mapping[str, str], served: str | None
+    ) -> Sequence[Header]:
+        brain, attempt = self._brain, self._attempt
+        if served is not None:
+            self._served_by(served)
+        outcome = attempt.outcome
+        outcome.status = status
+        outliers = brain.dispatch.outliers
+        if status in (429, 503):
+            after = parse_retry_after(headers.get("retry-after"))
+            outliers.overloaded(attempt.backend, after, f"status {status}")
+        elif status >= 500:
+            outliers.failed(attempt.backend, f"status {status}")
+        if status != 200 and self._reader is not None:
+            # An error body is JSON, not events: kept whole like a unary one.
+            self._reader, self._unary = None, []
+        added = brain.dispatch.response_headers(attempt, headers.get("content-type", ""))
+        return [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in added
+            if name in _ADDED or name.startswith(b"x-ratelimit-")
+        ]
+
+    def body(self, chunk: bytes, end: bool) -> bytes:
+        attempt = self._attempt
+        outcome = attempt.outcome
+        if outcome.first_byte is None and (chunk or end):
+            outcome.first_byte = time.monotonic()
+            self._brain.dispatch.first_byte_came(attempt)
+        reader = self._reader
+        if reader is not None:
+            out = reader.feed(chunk) if chunk else b""
+            if end and reader.pending:
+                out += reader.pending  # a stream cut mid-event: what came still goes on
+                reader.pending = b""
+            return out
+        kept = self._unary
+        if kept is not None:
+            if sum(map(len, kept)) + len(chunk) <= _UNARY_KEEP_BYTES:
+                kept.append(chunk)
+            else:
+                self._unary = None
+        return chunk
+
+    def close(self, complete: bool) -> None:
+        brain, attempt = self._brain, self._attempt
+        outcome = attempt.outcome
+        outcome.finished = time.monotonic()
+        if self._reader is not None:
+            outcome.ok = complete and self._reader.done
+        else:
+            outcome.ok = complete and outcome.status == 200
+            if outcome.ok and self._unary:
+                self._absorb(b"".join(self._unary))
+        if not complete:
+            # Envoy ends the ext_proc stream early when the client leaves and when the
+            # upstream resets, and does not say which: taken as the client's doing, which
+            # ejects no backend (an engine that keeps failing still fails its health checks
+            # and its status codes).
+            outcome.error = "the response ended before it was complete"
+            outcome.client_gone = True
+        if outcome.status:
+            brain.dispatch.passive_verdict(attempt)
+        if brain.dispatch.uncount(attempt):
+            brain.dispatch.store.count_inflight(attempt.backend.name, -1)
+        brain.dispatch.finish(attempt)
+        if self._admission is not None:
+            brain._settle(self._admission, self._kind, attempt)
+
+    def _absorb(self, payload: bytes) -> None:
+        try:
+            obj: Any = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(obj, dict):
+            absorb_usage(self._attempt.outcome, obj)
+            capture_text(self._attempt.outcome, obj)
+
+    def _served_by(self, served: str) -> None:
+        """Envoy's retries went down the fallback list: the request is accounted where it
+        was served."""
+        brain, attempt = self._brain, self._attempt
+        name = brain.endpoints.backend_at(served)
+        if name is None or name == attempt.backend.name:
+            return
+        backend = brain.runtime.fleet.get(name)
+        if backend is None:
+            return
+        dispatch = brain.dispatch
+        # The primary did not serve: Envoy could not reach it.
+        dispatch.outliers.failed(attempt.backend, "unreachable through the data plane")
+        if dispatch.uncount(attempt):
+            dispatch.store.count_inflight(attempt.backend.name, -1)
+        attempt.backend = backend
+        outcome = attempt.outcome
+        outcome.backend, outcome.pool = backend.name, backend.spec.pool
+        outcome.speculative = backend.speculative
+        outcome.attempts += 1
+        attempt.prediction = None
+        attempt.route = None
+        attempt.head = None
+        dispatch.account(attempt)

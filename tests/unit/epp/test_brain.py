@@ -1,0 +1,267 @@
+"""The picker's brain without Envoy: what it answers for each request (a pick with its
+endpoints, headers and body, or an OpenAI-shaped refusal), and what its exchange does with
+the response Envoy relays (usage read and taken out again, counts released however the
+stream ends, the request moved to the endpoint that served)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.epp.brain import NoExchange, PickedExchange, PickerBrain
+from proxy.epp.endpoints import Endpoints
+from proxy.epp.seams import Pick, ProxiedRequest, Refusal
+from proxy.gateway.auth import FrontDoor, KeyRing, LocalLimiter, TenantMetrics, hash_key
+from proxy.gateway.auth.keys import KeysFile
+from proxy.gateway.dispatch import Dispatcher
+from proxy.gateway.runtime import Runtime
+from proxy.metrics import GatewayMetrics
+from proxy.policy.credentials import BackendCredentials
+from proxy.records import Outcome, ParsedRequest, Route
+from proxy.routing.acceptance import AcceptanceTracker
+from proxy.routing.breakeven import BreakEvenModel
+from proxy.routing.fleet import Fleet
+from proxy.routing.scheduler.scheduler import Scheduler
+from proxy.settings import Settings
+from proxy.store import MemoryStore
+from tests.unit.policy_helpers import make_policy
+
+ADDRESSES = {"a": "127.0.0.1:8001", "b": "127.0.0.1:8002", "c": "127.0.0.1:8003"}
+KEY = "sk-test-0123456789abcdef"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.heard: list[Outcome] = []
+
+    def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
+        self.heard.append(outcome)
+
+
+async def brain(
+    *, fallbacks: int = 0, keys: bool = False, **sections: Any
+) -> tuple[PickerBrain, Recorder]:
+    backends = [
+        {"name": n, "url": f"http://{a}", "model": "m", "pool": "plain"}
+        for n, a in ADDRESSES.items()
+    ]
+    policy = make_policy(*backends, **sections)
+    fleet = Fleet(policy)
+    for b in fleet.backends.values():
+        b.healthy = True
+    acceptance, break_even = AcceptanceTracker(policy.acceptance), BreakEvenModel(policy)
+    scheduler = Scheduler(policy, fleet, acceptance, break_even)
+    runtime = Runtime(
+        policy, MemoryStore(), GatewayMetrics(), fleet, acceptance, break_even, scheduler
+    )
+    recorder = Recorder()
+    settings = Settings()
+    dispatch = Dispatcher(settings, runtime, listeners=[recorder])
+    ring = None
+    if keys:
+        document = {"tenants": {"t": {}}, "keys": [{"sha256": hash_key(KEY), "tenant": "t"}]}
+        ring = KeyRing(KeysFile.model_validate(document))
+    door = FrontDoor(ring, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
+    endpoints = Endpoints()
+    await endpoints.resolve(fleet.backends.values())
+    picker = PickerBrain(
+        settings, dispatch, door, BackendCredentials(policy), endpoints, fallbacks=fallbacks
+    )
+    return picker, recorder
+
+
+def request(
+    body: dict[str, Any] | bytes | None = None,
+    path: str = "/v1/chat/completions",
+    subset: tuple[str, ...] | None = None,
+    **headers: str,
+) -> ProxiedRequest:
+    if body is None:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    head = {
+        ":method": "POST",
+        ":path": path,
+        **{k.replace("_", "-"): v for k, v in headers.items()},
+    }
+    return ProxiedRequest(head, raw, subset)
+
+
+async def refusal(picker: PickerBrain, req: ProxiedRequest) -> tuple[int, dict[str, Any]]:
+    answer = await picker.pick(req)
+    assert isinstance(answer, Refusal), answer
+    return answer.status, orjson.loads(answer.body)["error"]
+
+
+async def picked(picker: PickerBrain, req: ProxiedRequest) -> tuple[Pick, PickedExchange]:
+    answer = await picker.pick(req)
+    assert not isinstance(answer, Refusal), answer
+    pick, exchange = answer
+    assert isinstance(exchange, PickedExchange)
+    return pick, exchange
+
+
+def counts(picker: PickerBrain) -> dict[str, tuple[int, int]]:
+    return {
+        n: (b.local_inflight, b.prefill_pending) for n, b in picker.runtime.fleet.backends.items()
+    }
+
+
+async def test_a_pick_names_one_address_counts_the_request_and_asks_for_usage() -> None:
+    picker, recorder = await brain()
+    stream = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    pick, exchange = await picked(picker, request(stream, x_request_id="rid-1"))
+    assert len(pick.endpoints) == 1 and pick.endpoints[0] in ADDRESSES.values()
+    named = picker.endpoints.backend_at(pick.endpoints[0])
+    assert counts(picker)[named][0] == 1 and counts(picker)[named][1] > 0
+    # The engine is asked for usage (the accounting reads it); the client did not ask.
+    assert pick.body is not None
+    assert orjson.loads(pick.body)["stream_options"] == {"include_usage": True}
+    [(_, value)] = [h for h in pick.set_headers if h[0] == "x-request-id"]
+    assert value.startswith("rid-1-")
+    added = dict(exchange.response_headers(200, {"content-type": "text/event-stream"}, None))
+    assert added["x-specroute-backend"] == named and added["x-specroute-class"] == "chat"
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    # Events split across chunks come out whole; the usage event is taken out again.
+    out = exchange.body(b'data: {"choices":[{"delta":{"content":"h', False)
+    out += exchange.body(b'i"}}]}\n\n' + usage[:20], False)
+    out += exchange.body(usage[20:] + b"data: [DONE]\n\n", True)
+    assert out == b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+    exchange.close(True)
+    assert counts(picker)[named] == (0, 0)
+    [outcome] = recorder.heard
+    assert outcome.ok and outcome.completion_tokens == 2 and outcome.backend == named
+
+
+async def test_a_client_that_asked_for_usage_keeps_it_and_the_body_is_not_replaced() -> None:
+    picker, _ = await brain()
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    pick, exchange = await picked(picker, request(body))
+    assert pick.body is None
+    exchange.response_headers(200, {}, None)
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    assert exchange.body(usage + b"data: [DONE]\n\n", True) == usage + b"data: [DONE]\n\n"
+    exchange.close(True)
+
+
+@pytest.mark.parametrize("status", [200, 503])
+async def test_counts_return_to_zero_however_the_stream_ends(status: int) -> None:
+    picker, recorder = await brain()
+    stream = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    _, exchange = await picked(picker, request(stream))
+    exchange.response_headers(status, {}, None)
+    exchange.body(b'data: {"choices":[{"delta":{"content":"h"}}]}\n\n', False)
+    exchange.close(False)  # the client went away, or Envoy reset the stream
+    assert all(c == (0, 0) for c in counts(picker).values())
+    [outcome] = recorder.heard
+    assert not outcome.ok and outcome.client_gone
+
+
+async def test_a_stream_closed_before_any_response_releases_its_counts() -> None:
+    picker, recorder = await brain()
+    _, exchange = await picked(picker, request())
+    exchange.close(False)
+    assert all(c == (0, 0) for c in counts(picker).values())
+    assert recorder.heard and recorder.heard[0].client_gone
+
+
+async def test_fallbacks_follow_the_primary_in_score_order() -> None:
+    picker, _ = await brain(fallbacks=2)
+    pick, exchange = await picked(picker, request())
+    assert len(pick.endpoints) == 3 and set(pick.endpoints) == set(ADDRESSES.values())
+    exchange.close(True)
+
+
+async def test_the_request_is_accounted_where_envoy_says_it_was_served() -> None:
+    picker, recorder = await brain(fallbacks=2)
+    pick, exchange = await picked(picker, request())
+    primary = picker.endpoints.backend_at(pick.endpoints[0])
+    other = pick.endpoints[1]
+    served = picker.endpoints.backend_at(other)
+    added = dict(exchange.response_headers(200, {"content-type": "application/json"}, other))
+    assert added["x-specroute-backend"] == served
+    assert counts(picker)[primary] == (0, 0) and counts(picker)[served][0] == 1
+    exchange.body(b'{"choices":[],"usage":{"completion_tokens":4}}', True)
+    exchange.close(True)
+    assert all(c == (0, 0) for c in counts(picker).values())
+    [outcome] = recorder.heard
+    assert outcome.backend == served and outcome.attempts == 2 and outcome.completion_tokens == 4
+    # The primary Envoy could not reach counts as a failure of that backend.
+    assert picker.runtime.fleet.backends[primary].passive_failures == 1
+
+
+async def test_the_subset_hint_restricts_the_choice() -> None:
+    picker, _ = await brain(fallbacks=2)
+    for address in ADDRESSES.values():
+        pick, exchange = await picked(picker, request(subset=(address,)))
+        assert pick.endpoints == (address,)
+        exchange.close(True)
+    status, error = await refusal(picker, request(subset=("10.9.9.9:80",)))
+    assert (status, error["code"]) == (503, "no_healthy_backend")
+
+
+@pytest.mark.parametrize(
+    ("req", "status", "code"),
+    [
+        (request(b"{not json"), 400, None),
+        (request({"model": "m"}), 400, None),
+        (request({"model": "other", "messages": [{"role": "user", "content": "x"}]}), 404,
+         "model_not_found"),
+        (request(path="/v1/unknown"), 404, "unknown_url"),
+    ],
+)  # fmt: skip
+async def test_a_clients_mistake_is_an_openai_shaped_refusal(
+    req: ProxiedRequest, status: int, code: str | None
+) -> None:
+    picker, _ = await brain()
+    got, error = await refusal(picker, req)
+    assert got == status and error["message"]
+    if code is not None:
+        assert error["code"] == code
+    assert all(c == (0, 0) for c in counts(picker).values())
+
+
+async def test_keys_are_checked_and_never_reach_an_engine() -> None:
+    picker, _ = await brain(keys=True)
+    status, error = await refusal(picker, request())
+    assert (status, error["code"]) == (401, "invalid_api_key")
+    pick, exchange = await picked(picker, request(authorization=f"Bearer {KEY}"))
+    assert "authorization" in pick.remove_headers
+    exchange.close(True)
+
+
+async def test_overload_is_answered_429_with_a_retry_after() -> None:
+    picker, _ = await brain(overload={"shed_above": 1.0})
+    for b in picker.runtime.fleet.backends.values():
+        b.prefill_pending = 200_000
+    picker.dispatch.scheduler.refresh()
+    answer = await picker.pick(request())
+    assert isinstance(answer, Refusal) and answer.status == 429
+    assert ("retry-after", "1") in answer.headers
+    assert orjson.loads(answer.body)["error"]["code"] == "overloaded"
+
+
+async def test_no_healthy_backend_is_a_503() -> None:
+    picker, _ = await brain()
+    for b in picker.runtime.fleet.backends.values():
+        b.healthy = False
+    picker.dispatch.scheduler.refresh()
+    status, error = await refusal(picker, request())
+    assert (status, error["code"]) == (503, "no_healthy_backend")
+    assert not picker.ready()
+
+
+async def test_model_lists_go_to_a_healthy_backend_unaccounted() -> None:
+    picker, _ = await brain()
+    answer = await picker.pick(ProxiedRequest({":method": "GET", ":path": "/v1/models"}, b""))
+    assert not isinstance(answer, Refusal)
+    pick, exchange = answer
+    assert isinstance(exchange, NoExchange) and pick.endpoints[0] in ADDRESSES.values()
+    assert all(c == (0, 0) for c in counts(picker).values())
