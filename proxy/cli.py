@@ -63,9 +63,9 @@ def _keys(args: argparse.Namespace) -> int:
 
 def _settings(command: str, args: argparse.Namespace, extra: dict[str, object]) -> Settings | None:
     """The process settings from the command line over ``SPECROUTE_*``; ``None`` (said on
-    stderr) when they do not hold."""
+    stderr) when they do not hold, or name files the process could not start with."""
     try:
-        return Settings.from_env(
+        settings = Settings.from_env(
             {
                 "host": args.host,
                 "policy_path": args.config,
@@ -82,6 +82,11 @@ def _settings(command: str, args: argparse.Namespace, extra: dict[str, object]) 
             where = "".join(f"{p}: " for p in error["loc"])
             print(f"specroute {command}: {where}{error['msg']}", file=sys.stderr)
         return None
+    problem = _startup_problem(settings)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return None
+    return settings
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -102,10 +107,6 @@ def _serve(args: argparse.Namespace) -> int:
         },
     )
     if settings is None:
-        return 2
-    problem = _startup_problem(settings)
-    if problem is not None:
-        print(problem, file=sys.stderr)
         return 2
     if settings.workers > 1:
         if settings.policy_path is None:
@@ -181,10 +182,6 @@ def _epp(args: argparse.Namespace) -> int:
         },
     )
     if settings is None:
-        return 2
-    problem = _startup_problem(settings)
-    if problem is not None:
-        print(problem, file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
     uvicorn.run(create_picker_app(settings), **_uvicorn_options(settings))

@@ -39,6 +39,7 @@ from proxy.gateway.auth import Admission, FrontDoor
 from proxy.gateway.dispatch import Attempt, Caller, Dispatcher
 from proxy.gateway.relay import EventReader, absorb_usage, capture_text
 from proxy.gateway.request import (
+    check_model,
     estimate_prompt_tokens,
     parse_request,
     requested_output_tokens,
@@ -110,13 +111,7 @@ class PickerBrain:
             if len(request.body) > self.settings.max_body_bytes:
                 raise GatewayError(413, f"request body over {self.settings.max_body_bytes} bytes")
             parsed = parse_request(kind, request.body)
-            if parsed.model not in self.runtime.models:
-                raise GatewayError(
-                    404,
-                    f"The model `{parsed.model[:256]}` does not exist.",
-                    param="model",
-                    code="model_not_found",
-                )
+            check_model(parsed, self.runtime.models)
             wanted = requested_output_tokens(parsed.body)
             info = self.dispatch.request_info(
                 parsed, lambda name: headers.get(name.decode("latin-1")), request_id, wanted
@@ -315,7 +310,10 @@ class PickedExchange:
         outcome = attempt.outcome
         outcome.finished = time.monotonic()
         if self._reader is not None:
-            outcome.ok = complete and self._reader.done
+            # Whole once its last event passed: a client that reads ``[DONE]`` and hangs up
+            # may beat Envoy's end of stream to the picker.
+            outcome.ok = self._reader.complete
+            complete = complete or outcome.ok
         else:
             outcome.ok = complete and outcome.status == 200
             if outcome.ok and self._unary:

@@ -43,6 +43,7 @@ from proxy.gateway.relay import (
     end_stream,
 )
 from proxy.gateway.request import (
+    check_model,
     estimate_prompt_tokens,
     parse_request,
     read_body,
@@ -129,14 +130,7 @@ class Gateway:
             tenant = self.door.authenticate(_header(scope, b"authorization"))
             raw = await read_body(receive, self.settings.max_body_bytes)
             parsed = parse_request(kind, raw)
-            if parsed.model not in self.runtime.models:
-                raise GatewayError(
-                    404,
-                    # Cut: the name is the client's, and may be megabytes long.
-                    f"The model `{parsed.model[:256]}` does not exist.",
-                    param="model",
-                    code="model_not_found",
-                )
+            check_model(parsed, self.runtime.models)
             wanted = requested_output_tokens(parsed.body)
             info = self.dispatch.request_info(
                 parsed, functools.partial(_header, scope), request_id, wanted

@@ -6,7 +6,7 @@ the gateway must add ``stream_options.include_usage`` to measure the response.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Container, MutableMapping
 from typing import Any
 
 import orjson
@@ -115,6 +115,18 @@ def parse_request(kind: Endpoint, raw: bytes) -> ParsedRequest:
     # OpenAI's default temperature is 1; greedy means asked for explicitly (0 or top_k 1).
     greedy = temperature == 0 or body.get("top_k") == 1
     return ParsedRequest(kind, body, raw, model, stream, include_usage, greedy, n)
+
+
+def check_model(parsed: ParsedRequest, models: Container[str]) -> None:
+    """404 ``model_not_found`` for a model no backend of the policy serves."""
+    if parsed.model not in models:
+        raise GatewayError(
+            404,
+            # Cut: the name is the client's, and may be megabytes long.
+            f"The model `{parsed.model[:256]}` does not exist.",
+            param="model",
+            code="model_not_found",
+        )
 
 
 def requested_output_tokens(body: dict[str, Any]) -> int:

@@ -16,12 +16,11 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.epp.app import create_picker_app
-from proxy.settings import Settings
 from proxy.sim.config import SimConfig
 from proxy.sim.server import SimServer, run_sim_in_thread
-from tests.envoy_rig import EnvoyHandle, run_envoy
-from tests.gateway_rig import GatewayHandle, free_port, run_gateway, sim_backend, write_policy
+from tests.envoy_rig import EnvoyHandle
+from tests.epp_rig import envoy_for, run_picker
+from tests.gateway_rig import GatewayHandle, free_port, sim_backend, write_policy
 from tests.integration.test_front_door import write_keys
 
 MODEL = "sim-llama-8b"
@@ -90,23 +89,13 @@ def picker(
         {"open": {}, "small": {"requests_per_minute": 2}},
         {GOOD: "open", LIMITED: "small"},
     )
-    settings = Settings(
-        policy_path=policy,
-        keys_file=keys,
-        port=0,
-        grpc_port=free_port(),
-        health_port=free_port(),
-        grpc_tls="off",
-        scrape_interval_s=0.3,
-    )
-    with run_gateway(settings, factory=create_picker_app) as handle:
-        handle.wait_for(lambda: handle.app.state.picker.brain.ready(), what="picker ready")
+    with run_picker(policy, keys_file=keys) as handle:
         yield handle
 
 
 @pytest.fixture(scope="module")
 def envoy(picker: GatewayHandle) -> Iterator[EnvoyHandle]:
-    with run_envoy(picker.app.state.settings.grpc_port) as handle:
+    with envoy_for(picker) as handle:
         yield handle
 
 

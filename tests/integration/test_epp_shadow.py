@@ -5,7 +5,6 @@ real drift is caught at its position, as the gateway's own relay catches it
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,12 +13,12 @@ import httpx
 import openai
 import pytest
 
-from proxy.epp.app import create_picker_app
-from proxy.settings import Settings
 from proxy.sim.config import SimConfig
 from proxy.sim.server import SimServer, run_sim_in_thread
-from tests.envoy_rig import EnvoyHandle, run_envoy
-from tests.gateway_rig import GatewayHandle, free_port, run_gateway, sim_backend, write_policy
+from tests.envoy_rig import EnvoyHandle
+from tests.epp_rig import envoy_for, run_picker
+from tests.gateway_rig import GatewayHandle, sim_backend, write_policy
+from tests.integration.test_shadow import settle
 
 MODEL = "sim-llama-8b"
 
@@ -46,33 +45,14 @@ def picker(
         "shadow": {"reference_pool": "plain", "rate": 1.0, "max_share": 1.0},
     }
     path: Path = tmp_path_factory.mktemp("epp-shadow") / "policy.yaml"
-    settings = Settings(
-        policy_path=write_policy(path, policy),
-        port=0,
-        grpc_port=free_port(),
-        health_port=free_port(),
-        grpc_tls="off",
-        scrape_interval_s=0.3,
-    )
-    with run_gateway(settings, factory=create_picker_app) as handle:
-        handle.wait_for(lambda: handle.app.state.picker.brain.ready(), what="picker ready")
+    with run_picker(write_policy(path, policy)) as handle:
         yield handle
 
 
 @pytest.fixture(scope="module")
 def envoy(picker: GatewayHandle) -> Iterator[EnvoyHandle]:
-    with run_envoy(picker.app.state.settings.grpc_port) as handle:
+    with envoy_for(picker) as handle:
         yield handle
-
-
-def settle(picker: GatewayHandle, samples: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while True:
-        picker.call(lambda: picker.app.state.shadow.drain())
-        summary: dict[str, Any] = httpx.get(picker.url + "/admin/shadow").json()
-        done = sum(g["samples"] for g in summary["groups"])
-        if done >= samples or time.monotonic() > deadline:
-            return summary
 
 
 def test_a_drift_is_caught_at_its_position_through_envoy(
