@@ -1,0 +1,113 @@
+"""The picker killed under Envoy (a real ``specroute epp`` process, SIGKILL): fail-closed,
+nothing hangs. A stream it was carrying ends at once with an error (every response chunk
+passes the picker in full-duplex mode, so it cannot finish), a new request gets Envoy's error
+at once, and a picker started again on the same port serves the next one."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from proxy.sim.config import SimConfig
+from proxy.sim.server import SimServer, run_sim_in_thread
+from tests.envoy_rig import run_envoy
+from tests.gateway_rig import free_port, sim_backend, write_policy
+
+MODEL = "sim-llama-8b"
+CHAT = [{"role": "user", "content": "Tell me a long story."}]
+
+
+class PickerProcess:
+    def __init__(self, policy: Path, grpc_port: int) -> None:
+        self.http = free_port()
+        args = ["--config", str(policy), "--grpc-port", str(grpc_port), "--grpc-tls", "off"]
+        args += ["--health-port", str(free_port()), "--http-port", str(self.http)]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "proxy.cli", "epp", *args, "--log-level", "warning"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.http}/ready", timeout=1).is_success:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("specroute epp did not start")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with run_sim_in_thread(SimConfig()) as server:
+        yield server
+
+
+def test_a_killed_picker_fails_closed_and_nothing_hangs(sim: SimServer, tmp_path: Path) -> None:
+    policy = write_policy(tmp_path / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]})
+    grpc_port = free_port()
+    picker = PickerProcess(policy, grpc_port)
+    try:
+        with run_envoy(grpc_port) as envoy:
+            client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
+            assert client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=3)
+            got: list[object] = []
+
+            def stream() -> None:
+                try:
+                    for chunk in client.chat.completions.create(
+                        model=MODEL,
+                        messages=CHAT,
+                        max_tokens=2000,
+                        stream=True,
+                        extra_body={"ignore_eos": True},
+                    ):
+                        got.append(chunk)
+                    got.append("end")
+                except openai.APIError as exc:
+                    got.append(exc)
+
+            reader = threading.Thread(target=stream)
+            reader.start()
+            deadline = time.monotonic() + 10
+            while len(got) < 5 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert len(got) >= 5, "the stream did not start"
+            picker.kill()
+            started = time.monotonic()
+            reader.join(timeout=15)
+            assert not reader.is_alive(), "the stream hung after the picker died"
+            assert isinstance(got[-1], openai.APIError)  # broken, not silently complete
+            # A new request: fail-closed, Envoy's own error, at once.
+            response = httpx.post(
+                envoy.url + "/v1/chat/completions",
+                json={"model": MODEL, "messages": CHAT, "max_tokens": 3},
+                timeout=15,
+            )
+            assert response.status_code == 500
+            assert time.monotonic() - started < 15
+            # The picker back on its port: served again.
+            picker = PickerProcess(policy, grpc_port)
+            reply = client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=CHAT, max_tokens=3
+            )
+            assert reply.headers["x-specroute-backend"] == "b"
+    finally:
+        picker.kill()
