@@ -145,7 +145,7 @@ class PickerBrain:
             return _refusal(err)
         self.dispatch.account(attempt)
         exchange = PickedExchange(self, attempt, admission)
-        return self._pick(attempt, decision, headers), exchange
+        return self._pick(attempt, decision), exchange
 
     # -- the pieces of a pick ---------------------------------------------------------------
     def _judge(self, attempt: Attempt) -> None:
@@ -158,11 +158,12 @@ class PickerBrain:
             raise
 
     def _outside(self, subset: Sequence[str]) -> frozenset[str]:
-        """The backends not in the data plane's subset hint (an empty hint: all of them)."""
+        """The backends not in the data plane's subset hint: an empty hint, or one naming
+        no backend of the policy, leaves none (503, as the protocol asks)."""
         allowed = {self.endpoints.backend_at(address) for address in subset}
         return frozenset(name for name in self.runtime.fleet.backends if name not in allowed)
 
-    def _pick(self, attempt: Attempt, decision: Decision, headers: Mapping[str, str]) -> Pick:
+    def _pick(self, attempt: Attempt, decision: Decision) -> Pick:
         primary = attempt.backend
         endpoints = [self.endpoints.address(primary.name) or ""]
         if self.fallbacks:
@@ -173,6 +174,8 @@ class PickerBrain:
             ("x-request-id", f"{attempt.rid.decode('latin-1')}-{os.urandom(4).hex()}")
         ]
         remove: tuple[str, ...] = ()
+        # The primary's key: a fallback whose engine wants another key answers 401, which
+        # Envoy's retry policy passes on (keyed engines and fallbacks do not mix).
         auth = self.credentials.for_backend(primary.name)
         if auth.headers:
             set_headers += list(auth.headers)
@@ -325,7 +328,8 @@ class PickedExchange:
             # and its status codes).
             outcome.error = "the response ended before it was complete"
             outcome.client_gone = True
-        if outcome.status:
+        if 0 < outcome.status < 500 and outcome.status != 429:
+            # 5xx and overload were judged as the status came (``response_headers``).
             brain.dispatch.passive_verdict(attempt)
         if brain.dispatch.uncount(attempt):
             brain.dispatch.store.count_inflight(attempt.backend.name, -1)

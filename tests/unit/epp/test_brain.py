@@ -265,3 +265,19 @@ async def test_model_lists_go_to_a_healthy_backend_unaccounted() -> None:
     pick, exchange = answer
     assert isinstance(exchange, NoExchange) and pick.endpoints[0] in ADDRESSES.values()
     assert all(c == (0, 0) for c in counts(picker).values())
+
+
+async def test_server_errors_in_a_row_count_towards_ejection() -> None:
+    picker, _ = await brain()
+    address = ADDRESSES["a"]
+    for _ in range(3):
+        _, exchange = await picked(picker, request(subset=(address,)))
+        exchange.response_headers(500, {"content-type": "application/json"}, address)
+        exchange.body(b'{"error": {"message": "boom"}}', True)
+        exchange.close(True)
+    assert picker.runtime.fleet.backends["a"].passive_failures == 3
+    _, exchange = await picked(picker, request(subset=(address,)))
+    exchange.response_headers(200, {"content-type": "application/json"}, address)
+    exchange.body(b'{"choices": []}', True)
+    exchange.close(True)
+    assert picker.runtime.fleet.backends["a"].passive_failures == 0  # a success ends the run
