@@ -214,7 +214,7 @@ class GatewayMetrics:
         )
         self.shadow_dropped = Counter(
             "specroute_shadow_dropped",
-            "Shadow samples dropped (queue full)",
+            "Shadow samples dropped (queue_full; overload: not taken after a refusal for overload)",
             ["reason"],
             registry=r,
         )

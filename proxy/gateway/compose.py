@@ -16,6 +16,7 @@ from proxy.gateway.auth import FrontDoor
 from proxy.gateway.console import RecentRequests
 from proxy.gateway.dispatch import Dispatcher
 from proxy.gateway.handler import Gateway
+from proxy.gateway.overload import OverloadGuard
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import OutcomeListener
 from proxy.gateway.slo_meter import SloMeter
@@ -32,6 +33,7 @@ from proxy.routing.latency import LatencyModel
 from proxy.routing.observe import Observer
 from proxy.routing.prefix import CacheReports, PrefixIndex
 from proxy.routing.prefix_share import PrefixSync
+from proxy.routing.pressure import OverloadSignal
 from proxy.routing.scheduler.scheduler import Scheduler
 from proxy.settings import Settings
 from proxy.store import Store
@@ -70,6 +72,8 @@ def compose(
     break_even = BreakEvenModel(policy)
     canary = CanaryController(store)
     canary.on_policy(policy)
+    # The overload guard's refusals, which shadow verification pauses on.
+    pressure = OverloadSignal()
     shadow = ShadowVerifier(
         fleet,
         store,
@@ -79,6 +83,7 @@ def compose(
         verdict_listeners=(canary,),
         group_listeners=(canary,),
         credentials=credentials,
+        pressure=pressure,
     )
     shadow.on_policy(policy)
     latency = LatencyModel(policy, acceptance)
@@ -113,7 +118,8 @@ def compose(
         *traffic,
         *access,
     )
-    dispatch = Dispatcher(settings, runtime, listeners=listeners, sampler=shadow)
+    overload = OverloadGuard(scheduler, latency, metrics, signal=pressure)
+    dispatch = Dispatcher(settings, runtime, listeners=listeners, sampler=shadow, overload=overload)
     gateway = Gateway(settings, runtime, upstream, door, credentials, dispatch)
     review = ReviewBook(store)
     sync = PrefixSync(

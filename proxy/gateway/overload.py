@@ -19,6 +19,7 @@ from proxy.metrics import GatewayMetrics
 from proxy.records import RequestInfo
 from proxy.routing.fleet import BackendState
 from proxy.routing.latency import LatencyModel, Prediction
+from proxy.routing.pressure import OverloadSignal
 from proxy.routing.scheduler.scheduler import Scheduler
 
 
@@ -29,12 +30,15 @@ class OverloadGuard:
         latency: LatencyModel,
         metrics: GatewayMetrics,
         rng: random.Random | None = None,
+        signal: OverloadSignal | None = None,
     ) -> None:
         # The scheduler's policy is the one in force (policy swaps replace it there).
         self._scheduler = scheduler
         self._latency = latency
         self._metrics = metrics
         self._rng = rng or random.Random()
+        # Told of each refusal (shadow verification pauses on it).
+        self.signal = signal or OverloadSignal()
 
     @property
     def sheds(self) -> bool:
@@ -74,6 +78,7 @@ class OverloadGuard:
         if not (late_ttft or late_tpot):
             return
         self._metrics.shed.labels(request.model, request.label).inc()
+        self.signal.refused()
         raise GatewayError(
             503,
             "the fleet is overloaded: the backend best placed for this request is predicted "

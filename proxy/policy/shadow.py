@@ -72,6 +72,12 @@ class ShadowConfig(BaseModel):
     quarantine: QuarantineConfig = QuarantineConfig()
     numerics: NumericsConfig = NumericsConfig()
     timeout_s: float = Field(default=120.0, gt=0)
+    pause_after_refusal_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="take no new sample for this long after the gateway refused a request "
+        "for overload (each replay is one more request on the reference pool); 0: never pause",
+    )
 
     def samples_any(self) -> bool:
         """Whether some rate of this section samples speculative outputs at all."""

@@ -32,6 +32,7 @@ from proxy.policy.credentials import BackendCredentials
 from proxy.policy.shadow import ShadowConfig
 from proxy.records import Endpoint, Outcome, ParsedRequest, Route
 from proxy.routing.fleet import BackendState, Fleet
+from proxy.routing.pressure import OverloadSignal
 from proxy.store import Store
 from proxy.verify.compare import (
     Comparison,
@@ -119,8 +120,11 @@ class ShadowVerifier:
         verdict_listeners: tuple[VerdictListener, ...] = (),
         group_listeners: tuple[GroupVerdictListener, ...] = (),
         credentials: BackendCredentials | None = None,
+        pressure: OverloadSignal | None = None,
     ) -> None:
         self.fleet = fleet
+        # The overload guard's refusals: no new sample while one is recent.
+        self.pressure = pressure or OverloadSignal()
         # The reference backend's key, if it wants one (vLLM's --api-key).
         self.credentials = credentials
         self.store = store
@@ -185,7 +189,13 @@ class ShadowVerifier:
         return self._draw(rate)
 
     def _draw(self, rate: float) -> bool:
-        return rate > 0 and self._random.random() < rate
+        if not (rate > 0 and self._random.random() < rate):
+            return False
+        pause = self.config.pause_after_refusal_s
+        if pause and self.pressure.within(pause):
+            self.metrics.shadow_dropped.labels("overload").inc()
+            return False
+        return True
 
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         if not outcome.ok or outcome.text is None or self.config.reference_pool is None:

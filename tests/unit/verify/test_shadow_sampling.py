@@ -13,6 +13,7 @@ from proxy.metrics import GatewayMetrics
 from proxy.policy.shadow import ShadowConfig
 from proxy.records import Endpoint
 from proxy.routing.fleet import Fleet
+from proxy.routing.pressure import OverloadSignal
 from proxy.store.memory import MemoryStore
 from proxy.verify.shadow import ShadowVerifier, single_output
 from tests.unit.policy_helpers import mixed_fleet
@@ -77,3 +78,27 @@ async def test_controls_are_drawn_only_while_speculative_outputs_are_sampled() -
         )
         canary.rates = {}
         assert captures(verifier, "plain-0") == 0 and captures(verifier, "ngram-0") == 200
+
+
+async def test_no_new_sample_while_a_refusal_for_overload_is_recent() -> None:
+    now = [100.0]
+    pressure = OverloadSignal(clock=lambda: now[0])
+    metrics = GatewayMetrics()
+    async with httpx.AsyncClient() as client:
+        verifier = ShadowVerifier(
+            Fleet(mixed_fleet()), MemoryStore(), client, metrics, pressure=pressure
+        )
+        verifier.configure(ShadowConfig(reference_pool="plain", rate=1.0))
+        assert captures(verifier, "eagle-0", 10) == 10
+        pressure.refused()  # the overload guard refused a request
+        now[0] += 9.0
+        assert captures(verifier, "eagle-0", 10) == captures(verifier, "plain-0", 10) == 0
+        dropped = metrics.registry.get_sample_value(
+            "specroute_shadow_dropped_total", {"reason": "overload"}
+        )
+        assert dropped is not None and dropped >= 10
+        now[0] += 1.5  # ten seconds on: sampling again
+        assert captures(verifier, "eagle-0", 10) == 10
+        verifier.configure(ShadowConfig(reference_pool="plain", rate=1.0, pause_after_refusal_s=0))
+        pressure.refused()
+        assert captures(verifier, "eagle-0", 10) == 10  # 0: never paused
