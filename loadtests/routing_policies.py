@@ -70,7 +70,9 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   light-load TTFT tail against goodput was measured (loadtests/README.md, issue 15: more
   weight moves chat onto the plain engines and costs goodput without lowering the tail);
 - ``specroute-no-tail``: what ships with the latency scorer's ``tail_weight`` at 0 (a
-  first token bound for the tail weighs no more than any other wait; 64 ships).
+  first token bound for the tail weighs no more than any other wait; 64 ships);
+- ``specroute-no-shadow``: what ships without its ``shadow`` section (what verification on
+  by default costs the engines).
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -91,7 +93,7 @@ from loadtests.simfleet import SimSpec
 # The shipped policy, whose routing, pools, acceptance and overload sections
 # ``specroute-default`` is.
 SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "policies" / "default.yaml"
-SHIPPED_SECTIONS = ("routing", "pools", "acceptance", "overload")
+SHIPPED_SECTIONS = ("routing", "pools", "acceptance", "overload", "shadow")
 
 FLEET: tuple[SimSpec, ...] = (
     SimSpec("plain-0", "plain", seed=11),
@@ -128,6 +130,7 @@ EXPERIMENTS = (
     "specroute-wait32",
     "specroute-wait64",
     "specroute-no-tail",
+    "specroute-no-shadow",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -211,6 +214,8 @@ class _Shipped:
     overload: dict[str, float] | None = None
     cap: int | None = None
     latency: dict[str, float] = field(default_factory=dict)
+    # False: without the shipped shadow section (what verification costs).
+    shadow: bool = True
 
 
 _SHIPPED_VARIANTS: dict[str, _Shipped] = {
@@ -222,11 +227,12 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-wait32": _Shipped(latency={"wait_weight": 32.0}),
     "specroute-wait64": _Shipped(latency={"wait_weight": 64.0}),
     "specroute-no-tail": _Shipped(latency={"tail_weight": 0.0}),
+    "specroute-no-shadow": _Shipped(shadow=False),
 }
 
 
 def shipped_sections(path: Path = SHIPPED_POLICY) -> dict[str, Any]:
-    """The routing, pools, acceptance and overload sections of the shipped policy file."""
+    """The routing, pools, acceptance, overload and shadow sections of the shipped policy."""
     document = yaml.safe_load(path.read_text())
     return {key: document[key] for key in SHIPPED_SECTIONS if key in document}
 
@@ -295,6 +301,8 @@ def build_policy(
         variant = _SHIPPED_VARIANTS[name]
         if variant.overload is not None:
             shipped["overload"] = variant.overload
+        if not variant.shadow:
+            shipped.pop("shadow", None)
         for scorer in shipped["routing"]["scorers"]:
             if scorer["type"] == "latency":
                 scorer["params"] = {**scorer["params"], **variant.latency}

@@ -42,5 +42,15 @@ def test_a_variant_is_what_ships_but_for_its_weight(name: str, changed: dict[str
     variant = build_policy(name, FLEET)
     assert latency_params(variant) == {**latency_params(shipped), **changed}
     assert latency_params(variant) != latency_params(shipped)
-    for section in ("pools", "acceptance", "overload", "backends"):
+    for section in ("pools", "acceptance", "overload", "shadow", "backends"):
         assert variant.get(section) == shipped.get(section)
+
+
+def test_the_shipped_policy_verifies_and_no_shadow_is_it_without() -> None:
+    shipped = build_policy("specroute-default", FLEET)
+    assert shipped["shadow"]["reference_pool"] == "plain" and shipped["shadow"]["rate"] > 0
+    variant = build_policy("specroute-no-shadow", FLEET)
+    assert "shadow" not in variant
+    assert {k: v for k, v in shipped.items() if k not in ("shadow", "version")} == {
+        k: v for k, v in variant.items() if k != "version"
+    }
