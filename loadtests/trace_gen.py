@@ -5,13 +5,17 @@
   ``--quiet`` req/s, a morning ramp, an afternoon peak at ``--peak`` req/s and an evening
   decline (rate(h) = quiet + (peak - quiet) * ((1 - cos(2 pi (h - 4) / 24)) / 2)^2, lowest
   at 04:00, highest at 16:00); code requests follow working hours (their share rises from
-  10% at night to 35% at the peak), chat the rest with RAG at a steady 25%.
+  10% at night to 35% at the peak), chat the rest with RAG at a steady 25%;
+- ``conversations``: multi-turn chats whose prompts grow with each turn (the history sent
+  again), from 2k-9k tokens at the first turn to at most 18.5k, 3-7 turns 4-10 s apart:
+  light load whose long prompts take most of a 500 ms TTFT objective on an idle engine.
 
 Lengths are log-normal around per-class medians (prompt / output tokens: chat 180 / 120,
 RAG 1100 / 96, code 600 / 200; sigma 0.5, clipped), the shapes of ``loadtests/prompts.py``.
 
     python -m loadtests.trace_gen diurnal --duration 48 --peak 40 --quiet 4 --out day.jsonl
     python -m loadtests.trace_gen steady --rate 2 --duration 60 --mix chat --out chat.jsonl
+    python -m loadtests.trace_gen conversations --sessions 48 --seed 8 --out conv.jsonl
 """
 
 from __future__ import annotations
@@ -93,23 +97,46 @@ def diurnal(
     return synthetic(rate, peak_rps, duration_s, mix, seed)
 
 
+def conversations(
+    sessions: int, start_within_s: float = 45.0, seed: int = 7, longest: int = 18_500
+) -> list[TraceRequest]:
+    """Multi-turn chats (see the module docstring): each turn's prompt is the last one's
+    with its answer and a new user message (800-3,000 tokens) after it."""
+    rng = random.Random(seed)
+    out: list[TraceRequest] = []
+    for _ in range(sessions):
+        t = rng.uniform(0, start_within_s)
+        tokens = rng.randint(2000, 9000)
+        for _turn in range(rng.randint(3, 7)):
+            output = rng.randint(60, 300)
+            out.append(TraceRequest(round(t, 3), min(tokens, longest), output, "chat"))
+            tokens += output + rng.randint(800, 3000)
+            t += rng.uniform(4, 10)
+    out.sort(key=lambda r: r.t)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("kind", choices=["steady", "diurnal"])
+    parser.add_argument("kind", choices=["steady", "diurnal", "conversations"])
     parser.add_argument("--duration", type=float, default=48.0, help="model seconds")
     parser.add_argument("--rate", type=float, default=5.0, help="steady: req/s")
     parser.add_argument("--mix", default="chat=0.5,rag=0.3,code=0.2", help="steady: classes")
     parser.add_argument("--peak", type=float, default=40.0, help="diurnal: peak req/s")
     parser.add_argument("--quiet", type=float, default=4.0, help="diurnal: night req/s")
+    parser.add_argument("--sessions", type=int, default=24, help="conversations: how many")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.kind == "steady":
+    if args.kind == "conversations":
+        trace = conversations(args.sessions, seed=args.seed)
+    elif args.kind == "steady":
         trace = steady(args.rate, args.duration, parse_mix(args.mix), args.seed)
     else:
         trace = diurnal(args.duration, args.peak, args.quiet, args.seed)
     write_jsonl(args.out, trace)
-    print(f"{args.out}: {len(trace)} requests over {args.duration:g} s")
+    span = trace[-1].t if trace else 0.0
+    print(f"{args.out}: {len(trace)} requests over {span:.0f} s")
     return 0
 
 
