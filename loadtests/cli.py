@@ -25,6 +25,10 @@ BENCHMARKS = {
     ),
     "shadow-overhead": ("loadtests.shadow_overhead", "user latency with shadow rate 1.0 vs 0.0"),
     "overhead": ("loadtests.overhead", "gateway relay overhead vs a minimal pass-through"),
+    "picker-overhead": (
+        "loadtests.picker_overhead",
+        "Envoy + the endpoint picker vs Envoy alone, specroute serve and vllm-router",
+    ),
     "decision-time": ("loadtests.decision_time", "classify + schedule time per request"),
     "sim-tpot-curves": ("loadtests.sim_tpot_curves", "simulator TPOT over concurrency"),
     "store-latency": ("loadtests.store_latency", "shared-store operation latency"),

@@ -30,11 +30,11 @@ MIN_VS_BEFORE = 0.95
 ISSUE_23_VS_ROUTER = 51.9 / 52.6
 
 
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
 
 
-def _minus(a: float | None, b: float | None) -> float | None:
+def minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
@@ -55,11 +55,11 @@ def compare(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "delay_ms": p["delay_ms"],
                 "concurrency": p["concurrency"],
                 "target": p["target"],
-                "x_direct": _ratio(p["chunks_per_s"], direct["chunks_per_s"]),
-                "x_yardstick": _ratio(p["chunks_per_s"], yard["chunks_per_s"]),
-                "added_ttft_p50_ms": _minus(p["ttft_p50_ms"], direct["ttft_p50_ms"]),
-                "added_ttft_p99_ms": _minus(p["ttft_p99_ms"], direct["ttft_p99_ms"]),
-                "yardstick_added_ttft_p50_ms": _minus(yard["ttft_p50_ms"], direct["ttft_p50_ms"]),
+                "x_direct": ratio(p["chunks_per_s"], direct["chunks_per_s"]),
+                "x_yardstick": ratio(p["chunks_per_s"], yard["chunks_per_s"]),
+                "added_ttft_p50_ms": minus(p["ttft_p50_ms"], direct["ttft_p50_ms"]),
+                "added_ttft_p99_ms": minus(p["ttft_p99_ms"], direct["ttft_p99_ms"]),
+                "yardstick_added_ttft_p50_ms": minus(yard["ttft_p50_ms"], direct["ttft_p50_ms"]),
             }
         )
     return rows
@@ -82,7 +82,7 @@ def check_targets(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "met": value >= MIN_YARDSTICK_RATIO,
                 }
             )
-        extra = _minus(c["added_ttft_p50_ms"], c["yardstick_added_ttft_p50_ms"])
+        extra = minus(c["added_ttft_p50_ms"], c["yardstick_added_ttft_p50_ms"])
         if c["concurrency"] in LATENCY_LEVELS and extra is not None:
             checks.append(
                 {
@@ -157,15 +157,15 @@ def check_targets_23(
         before = by_key.get((delay, level, BEFORE))
         router = by_key.get((delay, level, ROUTER))
         if before is not None:
-            value = _ratio(point["chunks_per_s"], before["chunks_per_s"])
+            value = ratio(point["chunks_per_s"], before["chunks_per_s"])
             checks.append(_check(point, "chunks/s vs gateway-before", value, MIN_VS_BEFORE, True))
         elif router is not None and delay == 0.0:
-            value = _ratio(point["chunks_per_s"], router["chunks_per_s"])
+            value = ratio(point["chunks_per_s"], router["chunks_per_s"])
             checks.append(_check(point, "chunks/s vs Rust router", value, ISSUE_23_VS_ROUTER, True))
     return checks
 
 
-def _f(value: float | None, spec: str) -> str:
+def cell(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
@@ -189,10 +189,11 @@ COLUMNS = (
 )
 
 
-def _line(cells: list[str]) -> str:
+def line(cells: list[str], columns: tuple[tuple[str, int], ...] = COLUMNS) -> str:
+    """One row of a fixed-width table: the second column left-aligned (the names)."""
     return " ".join(
-        cell.ljust(width) if i == 1 else cell.rjust(width)
-        for i, (cell, (_, width)) in enumerate(zip(cells, COLUMNS, strict=True))
+        text.ljust(width) if i == 1 else text.rjust(width)
+        for i, (text, (_, width)) in enumerate(zip(cells, columns, strict=True))
     )
 
 
@@ -202,26 +203,26 @@ def format_scenario(
     ratios = {(c["concurrency"], c["target"]): c for c in comparisons}
     out = [
         f"== streams of {chunks} chunks, {delay_ms:g} ms between chunks ==",
-        _line([name for name, _ in COLUMNS]),
+        line([name for name, _ in COLUMNS]),
     ]
     for p in points:
         r = ratios.get((p["concurrency"], p["target"]), {})
         window = p["window_s"]
         cpu = p["cpu_s"]
         out.append(
-            _line(
+            line(
                 [
                     str(p["concurrency"]),
                     p["target"],
                     f"{p['chunks_per_s']:.0f}",
-                    _f(r.get("x_direct"), ".2f"),
-                    _f(r.get("x_yardstick"), ".2f"),
-                    _f(p["ttft_p50_ms"], ".2f"),
-                    _f(p["ttft_p99_ms"], ".2f"),
-                    _f(r.get("added_ttft_p50_ms"), "+.2f"),
-                    _f(p["proxy_cpu_us_per_chunk"], ".1f"),
-                    _f(p.get("chunks_per_proxy_core_s"), ".0f"),
-                    _f(cpu["proxy"] / window * 100 if "proxy" in cpu else None, ".0f"),
+                    cell(r.get("x_direct"), ".2f"),
+                    cell(r.get("x_yardstick"), ".2f"),
+                    cell(p["ttft_p50_ms"], ".2f"),
+                    cell(p["ttft_p99_ms"], ".2f"),
+                    cell(r.get("added_ttft_p50_ms"), "+.2f"),
+                    cell(p["proxy_cpu_us_per_chunk"], ".1f"),
+                    cell(p.get("chunks_per_proxy_core_s"), ".0f"),
+                    cell(cpu["proxy"] / window * 100 if "proxy" in cpu else None, ".0f"),
                     f"{cpu['stub'] / window * 100:.0f}",
                     f"{cpu['client'] / window * 100:.0f}",
                     f"{cpu['others'] / window * 100:.0f}",
@@ -259,11 +260,11 @@ def _describe_23(t: dict[str, Any]) -> str:
     value, limit = t["value"], t["limit"]
     if t["check"].startswith("chunks per proxy"):
         if limit != limit:  # NaN: no router in the run
-            return f"{_f(value, '.0f')} chunks per core-second; Rust router not in this run"
-        return f"{_f(value, '.0f')} chunks per core-second (Rust router {limit:.0f})"
+            return f"{cell(value, '.0f')} chunks per core-second; Rust router not in this run"
+        return f"{cell(value, '.0f')} chunks per core-second (Rust router {limit:.0f})"
     if t["check"].startswith("added TTFT"):
-        return f"added TTFT p50 {_f(value, '+.2f')} ms (needs <= {limit:.2f})"
-    return f"{t['check']} {_f(value, '.2f')}x (needs >= {limit:.2f})"
+        return f"added TTFT p50 {cell(value, '+.2f')} ms (needs <= {limit:.2f})"
+    return f"{t['check']} {cell(value, '.2f')}x (needs >= {limit:.2f})"
 
 
 def format_targets_23(checks: list[dict[str, Any]]) -> str:
@@ -303,7 +304,7 @@ def format_summary(points: list[dict[str, Any]], comparisons: list[dict[str, Any
             return "-" if value is None else f"{value:+.2f} ms"
 
         def at(delay: float, c: int, key: str, spec: str, target: str = target) -> str:
-            return _f(by.get((delay, c, target), {}).get(key), spec)
+            return cell(by.get((delay, c, target), {}).get(key), spec)
 
         out.append(
             f"| {target} | {ttft(1)} | {ttft(32)}"

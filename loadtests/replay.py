@@ -16,7 +16,9 @@ routing-quality report over ``--windows`` equal slices of the trace (goodput und
 SLOs, attainment, TTFT/TPOT percentiles, share on speculative engines by class, $/M
 tokens, ratios to least-loaded and to the best static policy, plots over time), after a
 fidelity check: the replayed arrival gaps and prompt/output lengths against the trace's,
-and how often the gateway's class matched the recorded one.
+and how often the gateway's class matched the recorded one. ``--face epp`` runs each
+gateway as ``specroute epp`` behind Envoy, ``--face both`` through serve and then through
+epp (see loadtests/routing_quality.py).
 
     specroute bench replay traffic.jsonl --rate 4 --end 3600
     specroute bench replay --synthetic diurnal --quick
@@ -31,7 +33,6 @@ import dataclasses
 import itertools
 import math
 import random
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,9 +45,14 @@ from loadtests.loadgen_sse import percentile
 from loadtests.prices import resolve_price
 from loadtests.prompts import Prompt, parse_mix, shaped_prompt
 from loadtests.report import machine, publish_in, report_dir, table, write_json
-from loadtests.routing_compare import compare
 from loadtests.routing_policies import DEFAULT_POLICIES, FLEET, POLICIES
-from loadtests.routing_quality import Plan, run_policy
+from loadtests.routing_quality import (
+    FACE_CHOICES,
+    Plan,
+    compare_faces,
+    render_faces,
+    run_policies,
+)
 from loadtests.routing_report import sections
 from loadtests.simfleet import MODEL, SimSpec
 from loadtests.summary import Slo, fmt
@@ -179,18 +185,14 @@ def _fidelity_table(fid: dict[str, Any]) -> str:
 
 async def run(plan: Plan, trace: list[TraceRequest], schedule: list[Arrival]) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": plan.describe(), "machine_before": machine()}
-    policies: dict[str, Any] = {}
+
+    def inspect(run: RunResult) -> dict[str, Any]:
+        return {"fidelity": fidelity(trace, run)}
+
     with tempfile.TemporaryDirectory(prefix="replay-") as workdir:
-        for index, name in enumerate(plan.policies, 1):
-            print(f"[{index}/{len(plan.policies)}] {name}", file=sys.stderr, flush=True)
-
-            def inspect(run: RunResult) -> dict[str, Any]:
-                return {"fidelity": fidelity(trace, run)}
-
-            policies[name] = await run_policy(plan, name, Path(workdir), schedule, inspect)
-    results["policies"] = policies
+        results["policies"] = await run_policies(plan, Path(workdir), schedule, inspect)
     results["machine_after"] = machine()
-    results["comparison"] = compare(results)
+    results["comparison"] = compare_faces(results)
     return results
 
 
@@ -291,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--slo-ttft-ms", type=float, default=500.0)
     parser.add_argument("--slo-tpot-ms", type=float, default=25.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--face",
+        choices=sorted(FACE_CHOICES),
+        default="serve",
+        help="the gateway as specroute serve, specroute epp behind Envoy, or both in turn",
+    )
     parser.add_argument("--out", type=Path, help="report folder (default loadtests/reports/...)")
     parser.add_argument("--render", type=Path, help="only re-render the report of a results.json")
     return parser
@@ -324,6 +332,7 @@ def make_plan(args: argparse.Namespace) -> tuple[Plan, int]:
         profile_name=profile_name,
         endpoints=endpoints,
         model=args.model,
+        faces=FACE_CHOICES[args.face],
     )
     return plan, int(profile["max_model_len"])
 
@@ -333,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = report_dir("replay", args.out)
     if args.render is not None:
         results = orjson.loads(args.render.read_bytes())
-        results["comparison"] = compare(results)
+        results["comparison"] = compare_faces(results)
     else:
         plan, max_model_len = make_plan(args)
         path, fmt_name, requests = load_trace(args, folder)
@@ -355,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "endpoints": plan.endpoints,
         }
         write_json(folder, results)  # first: a long run is never lost to a report error
-    return publish_in(folder, results, lambda out: render(results, out))
+    return publish_in(folder, results, lambda out: render(results, out) + render_faces(results))
 
 
 if __name__ == "__main__":

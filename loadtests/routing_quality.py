@@ -13,6 +13,7 @@ at every phase change, with hindsight).
     specroute bench routing-quality --quick         # reduced: 3 policies, short trace
     specroute bench routing-quality --workload production   # issue 15's traffic shape
     specroute bench routing-quality --workload shared --quick   # sessions, shared documents
+    specroute bench routing-quality --workload production --face both   # serve against epp
 
 Workloads: ``synthetic`` (the closed-loop trace below over loadtests/prompts.py's mix)
 and ``production`` (open-loop Poisson arrivals at light, stressed and saturated rates of
@@ -20,6 +21,14 @@ requests shaped like a production trace: long prompts, short outputs; see
 loadtests/production_prompts.py). Every policy states the simulators' (time-scaled) step
 costs and the objective in its ``latency`` and ``slo`` sections (facts of the fleet that
 only the latency scorer reads).
+
+Faces (issue 37): ``--face serve`` (the default) runs each policy's gateway as ``specroute
+serve``; ``--face epp`` as ``specroute epp`` with Envoy in front (the load goes to Envoy's
+listener, ``/metrics`` and ``/admin`` are read from the picker; loadtests/envoy_face.py);
+``--face both`` runs each policy through serve, then through epp, and reports them side by
+side as ``POLICY@serve`` and ``POLICY@epp`` with epp's goodput over serve's per phase. The
+two faces share one brain, so the target is the same goodput: within 5% in every phase
+(``FACE_TOLERANCE``).
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from loadtests.loadgen import Arrival, LoadGenerator, RunResult, run_async
 from loadtests.prices import GpuPrice, resolve_price
 from loadtests.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
 from loadtests.prompts import DEFAULT_MIX, Maker, PromptFactory, parse_mix
-from loadtests.report import machine, publish_in, report_dir, write_json
+from loadtests.report import machine, publish_in, report_dir, table, write_json
 from loadtests.routing_compare import compare
 from loadtests.routing_policies import (
     DEFAULT_POLICIES,
@@ -53,8 +62,16 @@ from loadtests.routing_policies import (
 )
 from loadtests.routing_report import render
 from loadtests.shared_prompts import SHARED_MAKERS, SHARED_MIX
-from loadtests.simfleet import MODEL, EndpointFleet, SimFleet, SimSpec, gateway, step_lag
-from loadtests.summary import Slo, metrics_acceptance, summarize
+from loadtests.simfleet import (
+    FACES,
+    MODEL,
+    EndpointFleet,
+    SimFleet,
+    SimSpec,
+    gateway_face,
+    step_lag,
+)
+from loadtests.summary import Slo, fmt, metrics_acceptance, summarize
 from loadtests.traces import Phase, format_trace, parse_trace
 
 FULL_TRACE = "c8@4,c48@4,c128@4,c256@4,c48@4,c8@4"
@@ -75,6 +92,10 @@ WORKLOADS: dict[str, tuple[str, str, Mapping[str, float], Mapping[str, Maker] | 
     "production": (PRODUCTION_TRACE, PRODUCTION_QUICK_TRACE, PRODUCTION_MIX, PRODUCTION_MAKERS),
     "shared": (SHARED_TRACE, SHARED_QUICK_TRACE, SHARED_MIX, SHARED_MAKERS),
 }
+# ``--face``: which gateways each policy runs through, in this order.
+FACE_CHOICES: dict[str, tuple[str, ...]] = {"serve": ("serve",), "epp": ("epp",), "both": FACES}
+# The picker and serve decide with the same brain: their goodput should agree this closely.
+FACE_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +119,8 @@ class Plan:
     model: str = MODEL
     # Whole-trace goodput is also reported under these (TTFT s, TPOT s) objectives.
     slo_variants: tuple[tuple[float, float], ...] = ((0.3, 0.015), (1.0, 0.05))
+    # The gateway's faces each policy runs through (``serve``, ``epp``; see FACE_CHOICES).
+    faces: tuple[str, ...] = ("serve",)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -114,7 +137,12 @@ class Plan:
             "gpus": len(self.fleet),
             "fleet": [dataclasses.asdict(s) for s in self.fleet],
             "profile": self.profile_name,
+            "faces": list(self.faces),
         }
+
+    def label(self, policy: str, face: str) -> str:
+        """The policy's name in the results: suffixed with the face when there are two."""
+        return policy if len(self.faces) == 1 else f"{policy}@{face}"
 
 
 async def spec_counters(fleet: SimFleet | EndpointFleet) -> dict[str, float]:
@@ -154,9 +182,11 @@ async def run_policy(
     workdir: Path,
     schedule: Sequence[Arrival] | None = None,
     inspect: Callable[[RunResult], dict[str, Any]] | None = None,
+    face: str = "serve",
 ) -> dict[str, Any]:
-    """One policy on fresh simulators and a fresh gateway: the plan's trace, or (a replay)
-    its open-loop phases with the requests of ``schedule`` at their own times."""
+    """One policy on fresh simulators and a fresh gateway (through ``face``): the plan's
+    trace, or (a replay) its open-loop phases with the requests of ``schedule`` at their
+    own times."""
     fleet: SimFleet | EndpointFleet
     if plan.endpoints is not None:
         fleet = EndpointFleet(plan.fleet, plan.endpoints, plan.model)
@@ -164,7 +194,7 @@ async def run_policy(
         fleet = SimFleet(plan.fleet, plan.time_scale, workdir, profile=plan.profile)
     async with fleet:
         policy = build_policy(name, fleet, facts=_facts(plan, fleet))
-        async with gateway(policy, workdir, name) as gw:
+        async with gateway_face(policy, workdir, plan.label(name, face), face) as gw:
             engines_before = await fleet.engine_states()
             counters_before = await spec_counters(fleet)
             cache_before = await prefix_cache_counters(fleet)
@@ -172,7 +202,7 @@ async def run_policy(
                 gw.url,
                 plan.model,
                 time_scale=plan.time_scale,
-                progress=name,
+                progress=plan.label(name, face),
                 state_class=isinstance(fleet, SimFleet),
             )
             makers = WORKLOADS[plan.workload][3]
@@ -182,10 +212,12 @@ async def run_policy(
             lag = step_lag(engines_before, await fleet.engine_states())
             acceptance = metrics_acceptance(counters_before, await spec_counters(fleet))
             prefix_cache = prefix_hit_rate(cache_before, await prefix_cache_counters(fleet))
-            break_even = (await admin_json(gw.url, "/admin/break-even"))["pools"]
-            prediction = await prediction_quality(gw.url, plan.time_scale)
+            break_even = (await admin_json(gw.admin_url, "/admin/break-even"))["pools"]
+            prediction = await prediction_quality(gw.admin_url, plan.time_scale)
     result = analyse(run, plan)
     result |= {
+        "policy": name,
+        "face": face,
         "lag": lag,
         "metrics_acceptance": acceptance,
         "prefix_cache": prefix_cache,
@@ -293,17 +325,147 @@ def timeline(run: RunResult, plan: Plan) -> dict[str, list[float | None]]:
     }
 
 
+async def run_policies(
+    plan: Plan,
+    workdir: Path,
+    schedule: Sequence[Arrival] | None = None,
+    inspect: Callable[[RunResult], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Every policy through every face of the plan (a policy's faces one after the other,
+    so a drift of the host's load over the run falls on both alike), by label."""
+    runs = [(name, face) for name in plan.policies for face in plan.faces]
+    policies: dict[str, Any] = {}
+    for index, (name, face) in enumerate(runs, 1):
+        label = plan.label(name, face)
+        print(f"[{index}/{len(runs)}] {label}", file=sys.stderr, flush=True)
+        policies[label] = await run_policy(plan, name, workdir, schedule, inspect, face)
+    return policies
+
+
 async def run(plan: Plan) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": plan.describe(), "machine_before": machine()}
-    policies: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="routing-quality-") as workdir:
-        for index, name in enumerate(plan.policies, 1):
-            print(f"[{index}/{len(plan.policies)}] {name}", file=sys.stderr, flush=True)
-            policies[name] = await run_policy(plan, name, Path(workdir))
-    results["policies"] = policies
+        results["policies"] = await run_policies(plan, Path(workdir))
     results["machine_after"] = machine()
-    results["comparison"] = compare(results)
+    results["comparison"] = compare_faces(results)
     return results
+
+
+def _faces(results: dict[str, Any]) -> list[str]:
+    faces: list[str] = results["plan"].get("faces", ["serve"])
+    return faces
+
+
+def _of_face(results: dict[str, Any], face: str) -> dict[str, Any]:
+    """The results of one face's runs, by label (results from before faces: serve's)."""
+    policies = results["policies"]
+    return {n: r for n, r in policies.items() if r.get("face", "serve") == face}
+
+
+def compare_faces(results: dict[str, Any]) -> dict[str, Any]:
+    """:func:`loadtests.routing_compare.compare`; with two faces, each face's targets
+    (marked with it), no envelope (it would mix the faces), and per policy and phase the
+    picker's goodput over serve's with the target that they agree."""
+    faces = _faces(results)
+    if len(faces) == 1:
+        return compare(results)
+    out: dict[str, Any] = {"envelope": [], "envelope_overall_rps": None, "targets": []}
+    for face in faces:
+        view = {r["policy"]: r for r in _of_face(results, face).values()}
+        for target in compare({**results, "policies": view})["targets"]:
+            out["targets"].append({**target, "target": f"[{face}] {target['target']}"})
+    out["faces"] = face_ratios(results)
+    phases = results["plan"]["trace"].split(",")
+    for policy, ratios in out["faces"].items():
+        for i, (phase, ratio) in enumerate(zip(phases, ratios["phases"], strict=True)):
+            out["targets"].append(
+                {
+                    "target": f"phase {i + 1} ({phase}): {policy} goodput through the picker "
+                    f"(epp) within {FACE_TOLERANCE:.0%} of serve's (value: epp / serve)",
+                    "value": ratio,
+                    "met": ratio is not None and abs(ratio - 1.0) <= FACE_TOLERANCE,
+                }
+            )
+    return out
+
+
+def face_ratios(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per policy run through both faces: the labels of its two runs, and epp's goodput
+    over serve's per phase and over the whole trace (None where serve had none)."""
+    by_policy = {r["policy"]: label for label, r in _of_face(results, "serve").items()}
+    out: dict[str, dict[str, Any]] = {}
+    for label, theirs in _of_face(results, "epp").items():
+        serve_label = by_policy.get(theirs["policy"])
+        if serve_label is None:
+            continue
+        ours = results["policies"][serve_label]
+        pairs = [*zip(ours["phases"], theirs["phases"], strict=True)]
+        pairs.append((ours["overall"], theirs["overall"]))
+        ratios = [_goodput_ratio(a["overall"], b["overall"]) for a, b in pairs]
+        out[theirs["policy"]] = {
+            "serve": serve_label,
+            "epp": label,
+            "phases": ratios[:-1],
+            "whole": ratios[-1],
+        }
+    return out
+
+
+def _goodput_ratio(serve: dict[str, Any], epp: dict[str, Any]) -> float | None:
+    base = serve["goodput_rps"]
+    return epp["goodput_rps"] / base if base else None
+
+
+def render_faces(results: dict[str, Any]) -> str:
+    """With two faces: per policy and phase, goodput through serve and through epp, their
+    ratio, and the errors of each (markdown; empty with one face)."""
+    if len(_faces(results)) == 1:
+        return ""
+    comparison = results["comparison"]
+    phases = results["plan"]["trace"].split(",")
+    header = ["policy", *[f"{i + 1}: {p}" for i, p in enumerate(phases)], "whole trace", "errors"]
+    rows = []
+    for policy, ratios in comparison["faces"].items():
+        serve = results["policies"][ratios["serve"]]
+        epp = results["policies"][ratios["epp"]]
+        cells = [
+            f"{fmt(a['overall']['goodput_rps'])} / {fmt(b['overall']['goodput_rps'])} "
+            f"({_deviation(r)})"
+            for a, b, r in zip(serve["phases"], epp["phases"], ratios["phases"], strict=True)
+        ]
+        whole = (
+            f"{fmt(serve['overall']['overall']['goodput_rps'])} / "
+            f"{fmt(epp['overall']['overall']['goodput_rps'])} ({_deviation(ratios['whole'])})"
+        )
+        errors = f"{serve['overall']['overall']['errors']} / {epp['overall']['overall']['errors']}"
+        rows.append([policy, *cells, whole, errors])
+    worst = [
+        abs(r - 1.0)
+        for ratios in comparison["faces"].values()
+        for r in ratios["phases"]
+        if r is not None
+    ]
+    verdict = (
+        f"Largest gap in any phase: {max(worst):.1%} (target: within {FACE_TOLERANCE:.0%})."
+        if worst
+        else "No phase had goodput through serve to compare with."
+    )
+    lines = [
+        "## The two faces: goodput (req/s) through serve / through epp (epp / serve - 1)",
+        "",
+        "Each policy ran on fresh simulators through `specroute serve`, then through "
+        "`specroute epp` behind Envoy, with the same requests at the same times.",
+        "",
+        table(header, rows),
+        "",
+        verdict,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _deviation(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio - 1.0:+.1%}"
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
@@ -322,6 +484,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument("--slo-tpot-ms", type=float, default=25.0)
     parser.add_argument("--gpu", default="h200", help="price preset: a100, h100, h200, l40s")
     parser.add_argument("--gpu-price-per-hour", type=float, help="custom $/GPU-hour")
+    parser.add_argument(
+        "--face",
+        choices=sorted(FACE_CHOICES),
+        default="serve",
+        help="the gateway as specroute serve, specroute epp behind Envoy, or both in turn",
+    )
     parser.add_argument("--out", type=Path, help="report folder (default loadtests/reports/...)")
     parser.add_argument("--render", type=Path, help="only re-render the report of a results.json")
     args = parser.parse_args(argv)
@@ -344,6 +512,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
         output_scale=args.output_scale * (0.5 if args.quick and synthetic else 1.0),
         slo=Slo(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000),
         price=resolve_price(args.gpu, args.gpu_price_per_hour),
+        faces=FACE_CHOICES[args.face],
     )
     return plan, args
 
@@ -353,11 +522,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = report_dir("routing-quality", args.out)
     if args.render is not None:
         results = orjson.loads(args.render.read_bytes())
-        results["comparison"] = compare(results)
+        results["comparison"] = compare_faces(results)
     else:
         results = run_async(run(plan))
         write_json(folder, results)  # first: a long run is never lost to a report error
-    return publish_in(folder, results, lambda out: render(results, out))
+    return publish_in(folder, results, lambda out: render(results, out) + render_faces(results))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """A simulated fleet for the benchmarks: simulator and gateway processes, time-scaled.
 
 The simulators share one process (``python -m loadtests.sim_host``, each on its own port)
-and the gateway runs in another (``python -m proxy.cli serve``), both apart from the load
-generator, so the clients never take CPU time from the engines they measure.
+and the gateway runs in another (``python -m proxy.cli serve``; or, through the picker's
+face, ``specroute epp`` and an Envoy in front of it), all apart from the load generator, so
+the clients never take CPU time from the engines they measure.
 
 Time scale: a 2-core host cannot relay tens of thousands of chunks per second for a fleet
 of H200-speed engines and also run the gateway and hundreds of clients. With
@@ -27,6 +28,7 @@ import orjson
 import yaml
 
 from loadtests.endpoints import get_json
+from loadtests.envoy_face import picker_face
 from loadtests.processes import Service, free_port, spawn, start, wait_ready
 from proxy.sim.profile import default_profile_data
 
@@ -198,14 +200,19 @@ def format_lag(lag: dict[str, dict[str, float]]) -> str:
     )
 
 
+def _write_policy(policy: dict[str, Any], workdir: Path, name: str) -> Path:
+    path = workdir / f"{name}-policy.yaml"
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    return path
+
+
 @contextlib.asynccontextmanager
 async def gateway(
     policy: dict[str, Any], workdir: Path, name: str = "gateway", extra_args: Sequence[str] = ()
 ) -> AsyncIterator[Service]:
     """``specroute serve`` on a free port with ``policy`` (and ``extra_args``), until every
     backend is healthy."""
-    path = workdir / f"{name}-policy.yaml"
-    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    path = _write_policy(policy, workdir, name)
     port = free_port()
     args = ["proxy.cli", "serve", "--config", str(path), "--port", str(port)]
     service = await start(name, [*args, "--log-level", "warning", *extra_args], port, "/ready")
@@ -214,6 +221,39 @@ async def gateway(
         yield service
     finally:
         service.stop()
+
+
+# The gateway's two faces: its own relay, or the Endpoint Picker behind Envoy.
+FACES = ("serve", "epp")
+
+
+@dataclass(frozen=True, slots=True)
+class Front:
+    """A gateway as a benchmark sees it: clients send to ``url``; its ``/metrics`` and
+    ``/admin`` are read from ``admin_url``. One process for ``serve``; for ``epp``, Envoy's
+    listener and the picker's HTTP port (loadtests/envoy_face.py)."""
+
+    face: str
+    url: str
+    admin_url: str
+
+
+@contextlib.asynccontextmanager
+async def gateway_face(
+    policy: dict[str, Any], workdir: Path, name: str = "gateway", face: str = "serve"
+) -> AsyncIterator[Front]:
+    """The gateway for ``policy`` through ``face`` (one of :data:`FACES`), until every
+    backend is healthy."""
+    if face == "serve":
+        async with gateway(policy, workdir, name) as service:
+            yield Front(face, service.url, service.url)
+        return
+    if face != "epp":
+        raise ValueError(f"unknown face {face!r} (want one of {', '.join(FACES)})")
+    path = _write_policy(policy, workdir, name)
+    async with picker_face(path, workdir, name) as started:
+        await _all_healthy(started.picker, len(policy["backends"]))
+        yield Front(face, started.envoy.url, started.picker.url)
 
 
 async def _all_healthy(service: Service, count: int, timeout_s: float = 30.0) -> None:

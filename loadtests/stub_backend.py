@@ -10,12 +10,15 @@ still yields to the event loop between chunks, so concurrent streams interleave 
 engine step feeds every running request one chunk at a time.
 
 Run: ``python -m loadtests.stub_backend --port 8100 [--delay-ms 10] [--chunks 64]``.
+``--also-ports P ...`` serves the same app on more ports from the same process: as many
+backends as a policy names, for the cost of one (``loadtests/picker_overhead.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +205,13 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def _listening(host: str, port: int) -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="fast vLLM-shaped SSE stub backend")
     parser.add_argument("--host", default="127.0.0.1")
@@ -209,12 +219,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunks", type=int, default=64, help="content chunks without max_tokens")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="between content chunks")
     parser.add_argument("--model", default="stub-model")
+    parser.add_argument(
+        "--also-ports", type=int, nargs="*", default=[], help="serve on these ports as well"
+    )
     args = parser.parse_args(argv)
     stub = StubBackend(StubConfig(chunks=args.chunks, delay_ms=args.delay_ms, model=args.model))
     web.run_app(
         stub.app(),
         host=args.host,
         port=args.port,
+        sock=[_listening(args.host, port) for port in args.also_ports] or None,
         access_log=None,
         print=None,
         loop=new_event_loop(),
