@@ -20,6 +20,9 @@ from tests.integration.test_front_door import write_keys
 MODEL = "sim-llama-8b"
 KEY, OPEN = "sk-shared-0123456789", "sk-open-0123456789"
 CHAT = [{"role": "user", "content": "hi"}]
+# A name no other test's replica uses: replicas of earlier tests still alive on the session's
+# redis-server (their leases renewed) would add their counts for a shared name.
+BACKEND = "epp-shared-0"
 
 
 @pytest.mark.redis
@@ -31,7 +34,7 @@ def test_two_pickers_hold_a_tenant_to_its_limit_and_share_in_flight(
         slow = Faults(drip_ms=20)
         sim: SimServer = stack.enter_context(run_sim_in_thread(SimConfig(faults=slow)))
         policy = write_policy(
-            tmp_path / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]}
+            tmp_path / "p.yaml", {"backends": [sim_backend(BACKEND, sim.url, "plain")]}
         )
         keys = write_keys(
             tmp_path / "keys.yaml",
@@ -61,7 +64,7 @@ def test_two_pickers_hold_a_tenant_to_its_limit_and_share_in_flight(
 
         # A stream open through the first picker is in flight for the second one too.
         opened = openai.OpenAI(base_url=clients[0].base_url, api_key=OPEN, max_retries=0)
-        second = pickers[1].runtime.fleet.backends["b"]
+        second = pickers[1].runtime.fleet.backends[BACKEND]
         with opened.chat.completions.with_streaming_response.create(
             model=MODEL,
             messages=CHAT,
