@@ -165,6 +165,15 @@ def check_targets_23(
     return checks
 
 
+def error_lines(points: list[dict[str, Any]]) -> list[str]:
+    """One line per kind of error a point saw, with a sample message."""
+    return [
+        f"  ! c={p['concurrency']} {p['target']}: {p['errors'][what]} x {what}: {sample}"
+        for p in points
+        for what, sample in p["error_samples"].items()
+    ]
+
+
 def cell(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -231,11 +240,7 @@ def format_scenario(
                 ]
             )
         )
-    for p in points:
-        for what, sample in p["error_samples"].items():
-            out.append(
-                f"  ! c={p['concurrency']} {p['target']}: {p['errors'][what]} x {what}: {sample}"
-            )
+    out += error_lines(points)
     return "\n".join(out)
 
 

@@ -47,7 +47,7 @@ from loadtests.loadgen_sse import load_average, run_point
 from loadtests.overhead import MODEL, ROUTER_HOWTO, find_router, install_router, request_body
 from loadtests.overhead import router_args as rust_router_args
 from loadtests.picker_overhead_report import compare, format_report, summarise
-from loadtests.processes import Service, free_port, start
+from loadtests.processes import Service, free_port, start, start_all
 from loadtests.stub_backend import new_event_loop
 
 ENVOY = "envoy"
@@ -213,23 +213,11 @@ async def start_fleet(plan: Plan, delay_ms: float, workdir: Path) -> Fleet:
             args = rust_router_args(rr_port, stub.url)
             pending = start(ROUTER, args, rr_port, "/health", [plan.router])
             starts[ROUTER] = _start_service(pending)
-        contenders = await _start_all(starts)
+        contenders = await start_all(starts)
         return Fleet(stub, {"direct": Contender(stub), **contenders})
     except BaseException:
         stub.stop()
         raise
-
-
-async def _start_all(starts: dict[str, Awaitable[Contender]]) -> dict[str, Contender]:
-    """As :func:`loadtests.processes.start_all`, for contenders of one or two processes."""
-    results = await asyncio.gather(*starts.values(), return_exceptions=True)
-    started = {n: r for n, r in zip(starts, results, strict=True) if isinstance(r, Contender)}
-    for result in results:
-        if isinstance(result, BaseException):
-            for contender in started.values():
-                contender.stop()
-            raise result
-    return started
 
 
 # -- measuring ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtests.overhead_report import cell, line, minus, ratio
+from loadtests.overhead_report import cell, error_lines, line, minus, ratio
 
 ENVOY = "envoy"
 PICKER = "envoy-picker"
@@ -289,11 +289,7 @@ def format_points(
                 ]
             )
         )
-    for p in points:
-        for what, sample in p["error_samples"].items():
-            out.append(
-                f"  ! c={p['concurrency']} {p['target']}: {p['errors'][what]} x {what}: {sample}"
-            )
+    out += error_lines(points)
     return "\n".join(out)
 
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import aiohttp
 
@@ -154,13 +155,23 @@ async def start(
     return service
 
 
-async def start_all(starts: dict[str, Awaitable[Service]]) -> dict[str, Service]:
-    """Start servers concurrently; if any fails, stop the others and raise its error."""
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Stoppable)
+
+
+async def start_all(starts: dict[str, Awaitable[S]]) -> dict[str, S]:
+    """Start servers (or groups of them) concurrently; if any fails, stop the others and
+    raise its error."""
     results = await asyncio.gather(*starts.values(), return_exceptions=True)
-    services = {n: r for n, r in zip(starts, results, strict=True) if isinstance(r, Service)}
+    started = {
+        n: r for n, r in zip(starts, results, strict=True) if not isinstance(r, BaseException)
+    }
     for result in results:
         if isinstance(result, BaseException):
-            for service in services.values():
+            for service in started.values():
                 service.stop()
             raise result
-    return services
+    return started
