@@ -72,8 +72,11 @@ def test_two_pickers_hold_a_tenant_to_its_limit_and_share_in_flight(
             stream=True,
             extra_body={"ignore_eos": True},
         ) as raw:
-            for _ in raw.iter_lines():
-                break
+            # The line iterator is held, not dropped after a ``for ... break``: a dropped
+            # generator is closed whenever the garbage collector gets to it, and httpx then
+            # closes the connection, which ends the stream under the test.
+            lines = raw.iter_lines()
+            next(lines)
             pickers[1].wait_for(
                 lambda: second.inflight == 1 and second.local_inflight == 0,
                 what="the first picker's stream counted by the second",
