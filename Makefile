@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.specroute-installed
 
-.PHONY: run test test-e2e test-fast lint bench clean
+.PHONY: run test test-e2e test-fast lint docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test-fast: $(STAMP)
 ## test-e2e: only the real-vLLM tier
 test-e2e:
 	bash scripts/test.sh tests/e2e
+
+## docs: the manual on http://127.0.0.1:8000, rebuilt on every edit (reference pages: python -m proxy.docs)
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check proxy tests loadtests

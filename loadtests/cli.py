@@ -12,31 +12,51 @@ import sys
 from collections.abc import Sequence
 
 BENCHMARKS = {
-    "load": ("loadtests.load", "drive any OpenAI-compatible endpoint with a trace"),
-    "break-even": ("loadtests.break_even", "speculative vs plain endpoint over concurrency"),
+    "load": ("loadtests.tools.load", "drive any OpenAI-compatible endpoint with a trace"),
+    "break-even": (
+        "loadtests.routing.break_even",
+        "speculative vs plain endpoint over concurrency",
+    ),
     "routing-quality": (
-        "loadtests.routing_quality",
+        "loadtests.routing.routing_quality",
         "goodput of routing policies, simulated fleet",
     ),
-    "replay": ("loadtests.replay", "a recorded trace at its own arrival times, per policy"),
+    "replay": (
+        "loadtests.planning.replay",
+        "a recorded trace at its own arrival times, per policy",
+    ),
     "acceptance-collapse": (
-        "loadtests.acceptance_collapse",
+        "loadtests.routing.acceptance_collapse",
         "a draft head collapses: how fast traffic leaves",
     ),
-    "shadow-overhead": ("loadtests.shadow_overhead", "user latency with shadow rate 1.0 vs 0.0"),
-    "overhead": ("loadtests.overhead", "gateway relay overhead vs a minimal pass-through"),
+    "shadow-overhead": (
+        "loadtests.verification.shadow_overhead",
+        "user latency with shadow rate 1.0 vs 0.0",
+    ),
+    "overhead": ("loadtests.relay.overhead", "gateway relay overhead vs a minimal pass-through"),
     "picker-overhead": (
-        "loadtests.picker_overhead",
+        "loadtests.relay.picker_overhead",
         "Envoy + the endpoint picker vs Envoy alone, specroute serve and vllm-router",
     ),
-    "decision-time": ("loadtests.decision_time", "classify + schedule time per request"),
-    "sim-tpot-curves": ("loadtests.sim_tpot_curves", "simulator TPOT over concurrency"),
-    "store-latency": ("loadtests.store_latency", "shared-store operation latency"),
+    "decision-time": ("loadtests.routing.decision_time", "classify + schedule time per request"),
+    "break-even-stability": (
+        "loadtests.routing.break_even_stability",
+        "the learned break-even over runs of one load: how far it wanders",
+    ),
+    "sim-tpot-curves": ("loadtests.routing.sim_tpot_curves", "simulator TPOT over concurrency"),
+    "store-latency": ("loadtests.relay.store_latency", "shared-store operation latency"),
     "chaos": (
-        "loadtests.chaos",
+        "loadtests.faults.chaos",
         "SDK streams through 2 replicas under injected faults: none hung or truncated",
     ),
-    "soak": ("loadtests.soak", "mixed load with faults for N minutes: RSS and fds over time"),
+    "soak": (
+        "loadtests.faults.soak",
+        "steady mixed traffic for N minutes: every structure's size over time, judged",
+    ),
+    "reliability-table": (
+        "loadtests.faults.reliability",
+        "the README's Reliability table from the last soak and chaos reports",
+    ),
 }
 
 

@@ -132,10 +132,12 @@ def _serve(args: argparse.Namespace) -> int:
         print(banner(settings, load_policy(path), str(path)))
         uvicorn.run("proxy.cli:app_from_env", factory=True, workers=settings.workers, **common)
     else:
+        from proxy.embedded import start_embedded_fleet
         from proxy.gateway.app import create_app
         from proxy.gateway.banner import announce
 
-        uvicorn.run(create_app(settings, startup_hooks=[announce]), **common)
+        app = create_app(settings, startup_hooks=[announce], local_fleet=start_embedded_fleet)
+        uvicorn.run(app, **common)
     return 0
 
 
@@ -163,6 +165,7 @@ def _epp(args: argparse.Namespace) -> int:
     /metrics and /ui on the HTTP port (9090 unless set)."""
     import uvicorn
 
+    from proxy.embedded import start_embedded_fleet
     from proxy.epp.app import create_picker_app
 
     port = args.http_port
@@ -184,7 +187,8 @@ def _epp(args: argparse.Namespace) -> int:
     if settings is None:
         return 2
     configure_logging(settings.log_level, settings.log_format)
-    uvicorn.run(create_picker_app(settings), **_uvicorn_options(settings))
+    app = create_picker_app(settings, local_fleet=start_embedded_fleet)
+    uvicorn.run(app, **_uvicorn_options(settings))
     return 0
 
 
@@ -194,7 +198,10 @@ def _load_valid(path: Path) -> Policy | None:
 
     try:
         policy = load_policy(path)
-        Runtime.validate_policy(policy)
+        # The limits this process would hold the policy to (SPECROUTE_PLUGIN_MODULES,
+        # SPECROUTE_BACKEND_URL_ALLOW), as the gateway started here would.
+        limits = Settings.from_env()
+        Runtime.check_policy(policy, limits.plugin_modules, limits.backend_url_allow)
     except PolicyError as exc:
         print(exc, file=sys.stderr)
         return None
@@ -260,8 +267,8 @@ def _bench(argv: list[str]) -> int:
 
 
 def _plan(argv: list[str]) -> int:
-    """``specroute plan``: the fleet planner (``loadtests/planner.py``)."""
-    return _from_checkout("loadtests.planner", argv)
+    """``specroute plan``: the fleet planner (``loadtests/planning/planner.py``)."""
+    return _from_checkout("loadtests.planning.planner", argv)
 
 
 def build_parser() -> argparse.ArgumentParser:

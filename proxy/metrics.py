@@ -138,6 +138,32 @@ class GatewayMetrics:
             ["model", "class"],
             registry=r,
         )
+        # The admission queue (proxy/gateway/flow/): tenant is the API key's ('' in open
+        # mode), a bounded set (the keys file's tenants).
+        self.queue_depth = Gauge(
+            "specroute_queue_depth",
+            "Requests waiting in this replica's admission queue, by priority and tenant",
+            ["priority", "tenant"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "specroute_queue_wait_seconds",
+            "Time requests spent in the admission queue, by priority and tenant, whatever "
+            "they left it for (specroute_queue_requests_total has why)",
+            ["priority", "tenant"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_outcomes = Counter(
+            "specroute_queue_requests",
+            "Requests the admission queue took or turned away, by priority, tenant and "
+            "outcome: dispatched (room found), sent_without_room (a priority never refused, "
+            "at its deadline or with the queue full), deadline, full, pressure (a priority "
+            "not queued past its share of the queue), displaced (by a higher priority), "
+            "cancelled (the client left)",
+            ["priority", "tenant", "outcome"],
+            registry=r,
+        )
         self.retries = Counter(
             "specroute_retries",
             "Attempts moved to another backend before the first byte",
@@ -387,12 +413,22 @@ class FleetCollector(Collector):
             "Learned break-even concurrency (absent until enough samples)",
             labels=["pool"],
         )
+        interval = GaugeMetricFamily(
+            "specroute_break_even_interval",
+            "95% interval of the measured break-even concurrency (absent until the data tells)",
+            labels=["pool", "bound"],
+        )
         for row in self._break_even.snapshot():
             be.add_metric([str(row["pool"]), str(row["mode"])], float(row["threshold"]))  # type: ignore[arg-type]
             if row["learned"] is not None:
                 learned.add_metric([str(row["pool"])], float(row["learned"]))  # type: ignore[arg-type]
+            bounds = row["interval"]
+            if isinstance(bounds, list):
+                interval.add_metric([str(row["pool"]), "low"], float(bounds[0]))
+                interval.add_metric([str(row["pool"]), "high"], float(bounds[1]))
         yield be
         yield learned
+        yield interval
 
     def _store_family(self) -> Metric:
         health = self._store.health()

@@ -62,6 +62,9 @@ class RequestInfo:
     max_tokens: int | None = None
     # The caller's tenant (its API key's), None in open mode.
     tenant: str | None = None
+    # The admission queue's priority its headers asked for (critical, standard, sheddable;
+    # honoured only where its tenant allows it), None when they asked for none.
+    asked_priority: str | None = None
     # Chained hashes of its prompt's leading chunks (proxy.routing.prefix), for affinity;
     # () when the policy's routing does not read them (``Scheduler.reads_prompt_chunks``).
     prefix_chunks: tuple[int, ...] = ()
@@ -169,6 +172,13 @@ class Outcome:
     forecast: LatencyForecast | None = None
     # Whether the stream's usage event reached the client (counted in ``events``).
     usage_forwarded: bool = False
+    # Seconds it waited in the admission queue before ``started`` (the engine's TTFT,
+    # which the latency model learns from, leaves it out; the client's includes it).
+    queued_s: float = 0.0
+    # False when the body went by unread (the picker's lean mode keeps most responses out
+    # of it): the end and the status are known, the timings, usage and text are not, so
+    # the request is counted but nothing is learned or judged from it.
+    observed: bool = True
 
     @property
     def ttft(self) -> float | None:

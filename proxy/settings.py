@@ -138,6 +138,19 @@ class Settings(BaseModel):
         default_factory=list,
         description="addresses or networks whose X-Forwarded-For names the real client",
     )
+    # What a policy may point at and run: set here, not in the policy, because a policy
+    # arrives by file, by PUT /admin/policy and through the shared store, and an edit must
+    # not be able to widen its own limits.
+    backend_url_allow: list[str] = Field(
+        default_factory=list,
+        description="URL prefixes every backend url of a policy must start with, e.g. "
+        "http://10.0.0.,http://vllm-; empty: any",
+    )
+    plugin_modules: list[str] = Field(
+        default_factory=list,
+        description="modules a policy may name its own plugins from (module:Class); an entry "
+        "ending in '.' allows a package; empty: built-in plugins only",
+    )
 
     # The Endpoint Picker face (`specroute epp`, proxy/epp/): Envoy's ext_proc on grpc_port,
     # the gRPC health services on health_port (the reference picker's 9002 and 9003), the
@@ -161,6 +174,8 @@ class Settings(BaseModel):
         "cors_allow_methods",
         "cors_allow_headers",
         "trusted_proxies",
+        "backend_url_allow",
+        "plugin_modules",
         mode="before",
     )
     @classmethod

@@ -47,6 +47,11 @@ log "lint (ruff) and types (mypy --strict proxy)"
 .venv/bin/ruff check proxy tests loadtests
 .venv/bin/mypy proxy
 
+log "the manual (mkdocs build --strict: a broken link or a missing page fails)"
+site_dir="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_dir"
+rm -rf "$site_dir"
+
 log "pytest"
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider -ra "$@"

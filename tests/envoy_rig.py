@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import yaml
 
+from loadtests.tools.envoy_face import full_duplex as full_duplex_config
 from tests.gateway_rig import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,8 +85,11 @@ def render(
     failure_mode_allow: bool | None = None,
     pool: list[int] | None = None,
     edit: Callable[[dict[str, Any]], None] | None = None,
+    full_duplex: bool = False,
 ) -> dict[str, Any]:
-    """deploy/envoy/envoy.yaml with the test's ports (all on 127.0.0.1)."""
+    """deploy/envoy/envoy.yaml with the test's ports (all on 127.0.0.1); ``full_duplex``:
+    the picker's filter as other gateways configure it (every response chunk through the
+    picker, no access log), instead of the shipped lean configuration."""
     config: dict[str, Any] = copy.deepcopy(yaml.safe_load(ENVOY_YAML.read_text()))
     config["admin"]["address"]["socket_address"].update(address="127.0.0.1", port_value=admin_port)
     listener = config["static_resources"]["listeners"][0]["address"]["socket_address"]
@@ -101,9 +105,10 @@ def render(
             for p in pool
         ]
         hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
-        hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"] = (
-            "pool"
-        )
+        for route in hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]:
+            route["route"]["cluster"] = "pool"
+    if full_duplex:
+        full_duplex_config(config)
     if edit is not None:
         edit(config)
     return config
@@ -116,6 +121,7 @@ def run_envoy(
     failure_mode_allow: bool | None = None,
     pool: list[int] | None = None,
     edit: Callable[[dict[str, Any]], None] | None = None,
+    full_duplex: bool = False,
     log_level: str = "warn",
 ) -> Iterator[EnvoyHandle]:
     """Envoy on free ports in front of the picker at ``127.0.0.1:picker_port``; ready when
@@ -129,6 +135,7 @@ def run_envoy(
         failure_mode_allow=failure_mode_allow,
         pool=pool,
         edit=edit,
+        full_duplex=full_duplex,
     )
     with tempfile.TemporaryDirectory(prefix="envoy-") as tmp:
         path = Path(tmp) / "envoy.yaml"

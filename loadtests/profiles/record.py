@@ -1,7 +1,7 @@
 """Flame graphs of a relay under the overhead benchmark's load (py-spy, sampling).
 
 A stub backend and one relay (the gateway, or another checkout's with ``--root``) run as in
-``loadtests.overhead``; closed-loop clients load it while ``py-spy record`` samples the relay
+``loadtests.relay.overhead``; closed-loop clients load it while ``py-spy record`` samples the relay
 process. Writes an SVG flame graph and the collapsed stacks beside it (``.txt``), which
 ``--top`` sums into the functions that cost most, inclusive and exclusive.
 
@@ -19,10 +19,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from loadtests.loadgen_sse import run_point
-from loadtests.overhead import Plan, request_body, write_policy
-from loadtests.processes import ROOT, free_port, start
-from loadtests.stub_backend import new_event_loop
+from loadtests.relay.overhead import Plan, request_body, write_policy
+from loadtests.tools.loadgen_sse import run_point
+from loadtests.tools.processes import ROOT, free_port, start
+from loadtests.tools.stub_backend import new_event_loop
 
 
 def py_spy() -> str:
@@ -35,7 +35,13 @@ def py_spy() -> str:
 async def record(args: argparse.Namespace) -> None:
     plan = Plan(chunks=args.chunks)
     port = free_port()
-    stub_args = ["loadtests.stub_backend", "--port", str(port), "--delay-ms", f"{args.delay_ms:g}"]
+    stub_args = [
+        "loadtests.tools.stub_backend",
+        "--port",
+        str(port),
+        "--delay-ms",
+        f"{args.delay_ms:g}",
+    ]
     stub = await start("stub", [*stub_args, "--chunks", str(plan.chunks)], port, "/health")
     try:
         with tempfile.TemporaryDirectory(prefix="profile-") as workdir:

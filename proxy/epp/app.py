@@ -21,6 +21,7 @@ from proxy.epp.serve import PickerServers, Tls, start_picker
 from proxy.gateway.app import create_app
 from proxy.gateway.handler import Gateway
 from proxy.gateway.runtime import Runtime
+from proxy.gateway.seams import LocalFleetStarter
 from proxy.settings import Settings
 from proxy.store import Store
 
@@ -69,6 +70,7 @@ async def _start(app: FastAPI) -> None:
         gateway.credentials,
         endpoints,
         fallbacks=settings.fallback_endpoints,
+        evidence=(app.state.canary,),
     )
     servers = await start_picker(
         brain,
@@ -102,5 +104,13 @@ async def _stop(app: FastAPI) -> None:
     await picker.servers.stop(app.state.settings.shutdown_drain_s)
 
 
-def create_picker_app(settings: Settings, *, store: Store | None = None) -> FastAPI:
-    return create_app(settings, store=store, startup_hooks=[_start], shutdown_hooks=[_stop])
+def create_picker_app(
+    settings: Settings, *, store: Store | None = None, local_fleet: LocalFleetStarter | None = None
+) -> FastAPI:
+    return create_app(
+        settings,
+        store=store,
+        startup_hooks=[_start],
+        shutdown_hooks=[_stop],
+        local_fleet=local_fleet,
+    )

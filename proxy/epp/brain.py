@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from proxy.epp.endpoints import Endpoints
-from proxy.epp.seams import Header, Pick, ProxiedRequest, Refusal
+from proxy.epp.seams import EvidenceWanted, Header, Pick, ProxiedRequest, Refusal
 from proxy.errors import RETRY_SOON, GatewayError
 from proxy.gateway.auth import Admission, FrontDoor
 from proxy.gateway.dispatch import Attempt, Caller, Dispatcher
@@ -80,6 +80,8 @@ class PickerBrain:
         endpoints: Endpoints,
         *,
         fallbacks: int = 0,
+        sample_every: int = 16,
+        evidence: Sequence[EvidenceWanted] = (),
     ) -> None:
         self.settings = settings
         self.dispatch = dispatch
@@ -88,6 +90,10 @@ class PickerBrain:
         self.credentials = credentials
         self.endpoints = endpoints
         self.fallbacks = fallbacks
+        # Of the responses Envoy keeps out of the picker, one in this many is read anyway.
+        self.sample_every = max(1, sample_every)
+        self._unsampled = 0
+        self._evidence = tuple(evidence)
         # Settling a tenant's reservation awaits its limiter: done off the ext_proc stream.
         self._settling: set[asyncio.Task[None]] = set()
 
@@ -135,7 +141,7 @@ class PickerBrain:
             attempt = self.dispatch.new_attempt(
                 parsed, decision, chosen.backend, rid, 1, Caller(quota=quota)
             )
-            self._judge(attempt)
+            attempt = await self._judge(attempt)
         except GatewayError as err:
             if admission is not None:
                 self._settle(admission, kind, None)
@@ -143,15 +149,21 @@ class PickerBrain:
                 str(err.status), str(err.payload()["error"]["code"])
             ).inc()
             return _refusal(err)
+        except asyncio.CancelledError:  # Envoy gave up while the request was queued
+            if admission is not None:
+                self._settle(admission, kind, None)
+            raise
         self.dispatch.account(attempt)
-        exchange = PickedExchange(self, attempt, admission)
-        return self._pick(attempt, decision), exchange
+        reads = request.response_body or self._must_read(attempt, admission)
+        exchange = PickedExchange(self, attempt, admission, reads_body=reads)
+        return self._pick(attempt, attempt.decision, reads, request.response_body), exchange
 
     # -- the pieces of a pick ---------------------------------------------------------------
-    def _judge(self, attempt: Attempt) -> None:
-        """The overload guard's verdict, answered 429 (the protocol's "drop")."""
+    async def _judge(self, attempt: Attempt) -> Attempt:
+        """The overload guard's verdict (after the admission queue's wait, where the policy
+        queues), answered 429 (the protocol's "drop")."""
         try:
-            self.dispatch.judge(attempt)
+            return await self.dispatch.judge(attempt)
         except GatewayError as err:
             err.status = 429
             err.type = "rate_limit_error"
@@ -163,16 +175,40 @@ class PickerBrain:
         allowed = {self.endpoints.backend_at(address) for address in subset}
         return frozenset(name for name in self.runtime.fleet.backends if name not in allowed)
 
-    def _pick(self, attempt: Attempt, decision: Decision) -> Pick:
+    def _must_read(self, attempt: Attempt, admission: Admission | None) -> bool:
+        """Whether the picker must read a copy of a response Envoy keeps out of it (the
+        reading filter's): a shadow-sampled output (its text is compared), a tenant with a
+        token limit (settled on the usage, when the client asked for it), and one request
+        in ``sample_every`` (timings, usage and acceptance for the latency model and the
+        acceptance scorer), and every response a running canary judges by (its arms'
+        acceptance: read one in sixteen, a canary would decide sixteen times slower)."""
+        if attempt.outcome.text is not None:
+            return True
+        if any(wanted.wants_evidence(attempt.backend.name) for wanted in self._evidence):
+            return True
+        if admission is not None and admission.ask.tokens_per_minute is not None:
+            return True
+        self._unsampled += 1
+        if self._unsampled >= self.sample_every:
+            self._unsampled = 0
+            return True
+        return False
+
+    def _pick(
+        self, attempt: Attempt, decision: Decision, read_body: bool, body_passes: bool
+    ) -> Pick:
         primary = attempt.backend
         endpoints = [self.endpoints.address(primary.name) or ""]
         if self.fallbacks:
             endpoints += self._fallbacks(decision, primary)
         parsed = attempt.parsed
-        body = with_usage(parsed) if attempt.strip_usage else None
-        set_headers: list[Header] = [
-            ("x-request-id", f"{attempt.rid.decode('latin-1')}-{os.urandom(4).hex()}")
-        ]
+        # Usage asked of the engine is taken out of the stream again on its way through the
+        # picker; a body that does not pass it (a copy at most) keeps what the client asked.
+        body = with_usage(parsed) if attempt.strip_usage and body_passes else None
+        # Each attempt's own id upstream: the engine's logs, and the key Envoy's access
+        # log reports the response's end under.
+        request_id = f"{attempt.rid.decode('latin-1')}-{os.urandom(4).hex()}"
+        set_headers: list[Header] = [("x-request-id", request_id)]
         remove: tuple[str, ...] = ()
         # The primary's key: a fallback whose engine wants another key answers 401, which
         # Envoy's retry policy passes on (keyed engines and fallbacks do not mix).
@@ -182,7 +218,9 @@ class PickerBrain:
         elif not self.door.open:
             # The callers' keys are the gateway's, never an engine's.
             remove = ("authorization",)
-        return Pick(tuple(endpoints), tuple(set_headers), remove, body, read_body=True)
+        return Pick(
+            tuple(endpoints), tuple(set_headers), remove, body, read_body, request_id=request_id
+        )
 
     def _fallbacks(self, decision: Decision, primary: BackendState) -> list[str]:
         """The next best candidates of the same decision, as addresses."""
@@ -243,20 +281,38 @@ class NoExchange:
 
 
 class PickedExchange:
-    """One picked request as Envoy relays its response."""
+    """One picked request as Envoy relays its response.
 
-    __slots__ = ("_admission", "_attempt", "_brain", "_kind", "_reader", "_unary")
+    Without its body (``reads_body`` false: Envoy keeps it out and logs the end), the
+    exchange knows the status, the endpoint that served and whether the response was
+    whole; not its tokens, its time to first token or its text. Such an outcome has no
+    first byte, so the listeners that learn from timings and usage do not hear of it (as
+    of a request that failed before its first byte); the in-flight count, the prefill
+    pending, outlier detection and the tenant's settlement are done all the same.
+    """
 
-    def __init__(self, brain: PickerBrain, attempt: Attempt, admission: Admission | None) -> None:
+    __slots__ = ("_admission", "_attempt", "_brain", "_kind", "_reader", "_reads", "_unary")
+
+    def __init__(
+        self,
+        brain: PickerBrain,
+        attempt: Attempt,
+        admission: Admission | None,
+        *,
+        reads_body: bool = True,
+    ) -> None:
         self._brain = brain
         self._attempt = attempt
         self._admission = admission
+        self._reads = reads_body
         parsed: ParsedRequest = attempt.parsed
         self._kind = parsed.kind
         # A stream is read event by event; a unary body is kept to be parsed at its end.
         self._reader: EventReader | None = None
         self._unary: list[bytes] | None = None
-        if parsed.stream:
+        if not reads_body:
+            pass
+        elif parsed.stream:
             self._reader = EventReader(
                 attempt.outcome, parsed.kind, strip_usage=attempt.strip_usage
             )
@@ -277,7 +333,10 @@ class PickedExchange:
             outliers.overloaded(attempt.backend, after, f"status {status}")
         elif status >= 500:
             outliers.failed(attempt.backend, f"status {status}")
-        if status != 200 and self._reader is not None:
+        if not self._reads:
+            # The prompt is off the engine's queue once it answers; no chunk will say so.
+            brain.dispatch.first_byte_came(attempt)
+        elif status != 200 and self._reader is not None:
             # An error body is JSON, not events: kept whole like a unary one.
             self._reader, self._unary = None, []
         added = brain.dispatch.response_headers(attempt, headers.get("content-type", ""))
@@ -312,7 +371,10 @@ class PickedExchange:
         brain, attempt = self._brain, self._attempt
         outcome = attempt.outcome
         outcome.finished = time.monotonic()
-        if self._reader is not None:
+        if not self._reads:
+            outcome.ok = complete and outcome.status == 200
+            outcome.observed = False  # counted, not learned from (``Dispatcher.finish``)
+        elif self._reader is not None:
             # Whole once its last event passed: a client that reads ``[DONE]`` and hangs up
             # may beat Envoy's end of stream to the picker.
             outcome.ok = self._reader.complete

@@ -18,6 +18,13 @@ body still gets every response chunk, and echoes it without calling the exchange
 response's end of stream was seen (the end flag on the response headers or last body chunk,
 or the response trailers), else false (Envoy cancelled the stream because the client left
 or the upstream reset, or the server is stopping).
+
+The lean configuration (see :func:`messages.ends_in_access_log`) keeps the response body
+out of the picker: Envoy then closes this stream right after the response headers, so its
+end is not the response's. The exchange is put in the :class:`~proxy.epp.ledger.EndLedger`
+as it is picked, and closed there when Envoy's access log reports the request over. A
+picker that dies then cuts no stream already relayed: Envoy is done with the ext_proc
+stream once the response headers are answered.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from proxy.epp import messages
+from proxy.epp.ledger import EndLedger
 from proxy.epp.messages import Message
 from proxy.epp.seams import Brain, Exchange, Pick, ProxiedRequest, Refusal
 from proxy.errors import GatewayError
@@ -52,8 +60,10 @@ Write = Callable[[Message], Awaitable[None]]
 class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """The ext_proc service: each ``Process`` stream is one request's life."""
 
-    def __init__(self, brain: Brain) -> None:
+    def __init__(self, brain: Brain, ledger: EndLedger | None = None) -> None:
         self._brain = brain
+        # Where exchanges wait for Envoy's access log (None: every end comes in-band).
+        self._ledger = ledger
 
     async def Process(
         self, request_iterator: AsyncIterable[Message], context: grpc.aio.ServicerContext
@@ -62,16 +72,32 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
         # Envoy cancels the stream, the CancelledError is raised inside this coroutine at
         # whatever it awaits (a read or a write), so ``close`` runs at once, not when a
         # suspended generator is collected.
-        await _Stream(self._brain).run(request_iterator, context.write)
+        await _Stream(self._brain, self._ledger).run(request_iterator, context.write)
 
 
 class _Stream:
     """One ext_proc stream's state: the request until the pick, then the exchange."""
 
-    __slots__ = ("_body", "_brain", "_complete", "_exchange", "_headers", "_pick", "_subset")
+    __slots__ = (
+        "_body",
+        "_brain",
+        "_complete",
+        "_exchange",
+        "_headers",
+        "_ledger",
+        "_ledger_offered",
+        "_logged",
+        "_pick",
+        "_subset",
+    )
 
-    def __init__(self, brain: Brain) -> None:
+    def __init__(self, brain: Brain, ledger: EndLedger | None = None) -> None:
         self._brain = brain
+        # Set once the request headers show the lean configuration: then the ledger.
+        self._ledger: EndLedger | None = None
+        self._ledger_offered = ledger
+        # The ledger closes the exchange (on its access log entry), not this stream's end.
+        self._logged = False
         self._headers: dict[str, str] = {}
         self._subset: tuple[str, ...] | None = None
         self._body: list[bytes] = []
@@ -109,6 +135,8 @@ class _Stream:
                     headers = request.request_headers
                     self._headers = messages.header_map(headers.headers)
                     self._subset = messages.subset_hint(request)
+                    if self._ledger_offered is not None and messages.ends_in_access_log(request):
+                        self._ledger = self._ledger_offered
                     if headers.end_of_stream and not await self._decide(
                         write, end_of_stream=True, has_body=False
                     ):
@@ -119,14 +147,18 @@ class _Stream:
                         return
                     await write(messages.request_trailers())
                 elif kind == "response_headers":
+                    if not self._headers:
+                        # No request came on this stream: the reading filter's, for the
+                        # body of a response picked on another.
+                        await self._read_response(request, requests, write)
+                        return
                     await write(self._response_headers(request))
                 elif kind == "response_trailers":
                     self._complete = True
                     await write(messages.response_trailers())
         finally:
-            exchange = self._exchange
-            if exchange is not None:
-                self._exchange = None
+            exchange, self._exchange = self._exchange, None
+            if exchange is not None and not self._logged:
                 try:
                     exchange.close(self._complete)
                 except Exception:
@@ -140,7 +172,12 @@ class _Stream:
             return False
         body = b"".join(self._body)
         self._body = []
-        request = ProxiedRequest(headers=self._headers, body=body, subset=self._subset)
+        request = ProxiedRequest(
+            headers=self._headers,
+            body=body,
+            subset=self._subset,
+            response_body=self._ledger is None,
+        )
         try:
             decision = await self._brain.pick(request)
         except Exception:
@@ -160,14 +197,54 @@ class _Stream:
         pick, exchange = decision
         self._pick = pick
         self._exchange = exchange
+        read = False
+        if self._ledger is not None and pick.request_id is not None:
+            # Registered before Envoy can log the end: a client gone before the response
+            # headers may have its entry arrive before this stream's cancellation.
+            read = pick.read_body
+            self._ledger.expect(pick.request_id, exchange, read=read)
+            self._logged = True
         destination = ",".join(pick.endpoints)
         replaced = pick.body is not None and has_body
-        await write(messages.pick_headers(pick, destination, body_replaced=replaced))
+        await write(messages.pick_headers(pick, destination, replaced, read))
         if has_body:
             out = pick.body if pick.body is not None else body
             for answer in messages.request_body_chunks(out, end_of_stream):
                 await write(answer)
         return True
+
+    async def _read_response(
+        self, first: Message, requests: AsyncIterable[Message], write: Write
+    ) -> None:
+        """The reading filter's stream: a copy of the response (headers and body, in
+        observability mode: Envoy does not wait, and nothing is answered) read by the
+        exchange the ledger holds under the ``request.id`` attribute. A filter configured
+        to wait (not in observability mode) is answered, each chunk unchanged or as the
+        exchange cut it; unknown ids pass unchanged."""
+        ledger = self._ledger_offered
+        key = messages.request_id(first)
+        exchange = ledger.reading(key) if ledger is not None and key is not None else None
+        try:
+            if not first.observability_mode:
+                await write(messages.response_headers(()))
+            if first.response_headers.end_of_stream and exchange is not None:
+                self._read_body(exchange, b"", True)
+            async for request in requests:
+                kind = request.WhichOneof("request")
+                if kind == "response_body":
+                    body = request.response_body
+                    chunk: bytes = body.body
+                    end: bool = body.end_of_stream
+                    out = None if exchange is None else self._read_body(exchange, chunk, end)
+                    if not first.observability_mode:
+                        await write(messages.response_body_streamed(None if out == chunk else out))
+                elif kind == "response_trailers":
+                    if exchange is not None:
+                        self._read_body(exchange, b"", True)
+                    await write(messages.response_trailers())
+        finally:
+            if ledger is not None and key is not None:
+                ledger.read_done(key)
 
     def _response_headers(self, request: Message) -> Message:
         headers = request.response_headers

@@ -28,6 +28,18 @@ SERVED_KEY = "x-gateway-destination-endpoint-served"
 # for in ``response_attributes`` (deploy/envoy/envoy.yaml): the address of the upstream
 # connection that carried the response, i.e. the endpoint that served, after any retries.
 ATTRIBUTES_NAMESPACE = "envoy.filters.http.ext_proc"
+# Dynamic metadata Envoy's configuration sets for the picker (a ``set_metadata`` filter
+# before ext_proc, forwarded): ``end: access_log`` says this Envoy reports each response's
+# end in its gRPC access log to the picker (deploy/envoy/envoy.yaml).
+SPECROUTE_NAMESPACE = "specroute"
+END_KEY = "end"
+END_BY_ACCESS_LOG = "access_log"
+# Set on a request whose response the picker must read in the lean configuration: its route
+# enables the reading ext_proc filter, which passes the response body through the picker.
+READ_HEADER = "x-specroute-read"
+# The attribute the reading filter sends (``response_attributes``): the request's
+# ``x-request-id``, as the pick set it, to find the exchange the body belongs to.
+REQUEST_ID_ATTRIBUTE = "request.id"
 UPSTREAM_ADDRESS = "upstream.address"
 
 # Envoy's gRPC messages default to a 4 MiB limit and its ext_proc filter echoes what we
@@ -36,6 +48,7 @@ UPSTREAM_ADDRESS = "upstream.address"
 # is 17 messages.
 BODY_CHUNK_BYTES = 62_000
 
+_NO_BODY = 0  # ProcessingMode.BodySendMode.NONE
 _OVERWRITE = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 
 Message = Any  # a generated protobuf message (untyped to mypy)
@@ -64,6 +77,28 @@ def subset_hint(request: Message) -> tuple[str, ...] | None:
         return tuple(v.string_value for v in value.list_value.values)
     # Tolerate a single string (or a comma-joined one), as the header form would carry.
     return tuple(part.strip() for part in value.string_value.split(",") if part.strip())
+
+
+def ends_in_access_log(request: Message) -> bool:
+    """Whether the response body stays out of this stream and its end comes by Envoy's
+    access log instead: the filter's response body mode NONE (``protocol_config``, on the
+    stream's first message) and the configuration's ``specroute`` metadata saying so."""
+    if request.protocol_config.response_body_mode != _NO_BODY:
+        return False
+    namespace = request.metadata_context.filter_metadata.get(SPECROUTE_NAMESPACE)
+    if namespace is None or END_KEY not in namespace.fields:
+        return False
+    value: str = namespace.fields[END_KEY].string_value
+    return value == END_BY_ACCESS_LOG
+
+
+def request_id(request: Message) -> str | None:
+    """The ``request.id`` attribute (the reading filter's), or ``None``."""
+    attributes = request.attributes.get(ATTRIBUTES_NAMESPACE)
+    if attributes is None or REQUEST_ID_ATTRIBUTE not in attributes.fields:
+        return None
+    value: str = attributes.fields[REQUEST_ID_ATTRIBUTE].string_value
+    return value or None
 
 
 def served_endpoint(request: Message) -> str | None:
@@ -95,11 +130,14 @@ def _mutation(set_headers: Iterable[Header], remove: Iterable[str] = ()) -> Mess
     )
 
 
-def pick_headers(pick: Pick, destination: str, body_replaced: bool) -> Message:
+def pick_headers(pick: Pick, destination: str, body_replaced: bool, read: bool = False) -> Message:
     """The answer to the request headers: where to go, the pick's header changes, and the
-    same destination as ``envoy.lb`` metadata (the protocol wants both, equal)."""
+    same destination as ``envoy.lb`` metadata (the protocol wants both, equal); with
+    ``read``, the header whose route passes the response body through the picker."""
     remove = list(pick.remove_headers)
     set_headers: list[Header] = [(DESTINATION_HEADER, destination), *pick.set_headers]
+    if read:
+        set_headers.append((READ_HEADER, "1"))
     if body_replaced:
         # The upstream must not be told the client's length for a body of another size;
         # the body's new length is set instead (Envoy lets ext_proc set it, and a length
@@ -156,6 +194,18 @@ def response_body_echo(chunk: bytes, end_of_stream: bool) -> Message:
                     )
                 )
             )
+        )
+    )
+
+
+def response_body_streamed(chunk: bytes | None) -> Message:
+    """The answer to one response body chunk in STREAMED mode (the reading filter's): the
+    chunk replaced by ``chunk``, or passed on unchanged when ``None``."""
+    if chunk is None:
+        return pb.ProcessingResponse(response_body=pb.BodyResponse())
+    return pb.ProcessingResponse(
+        response_body=pb.BodyResponse(
+            response=pb.CommonResponse(body_mutation=pb.BodyMutation(body=chunk))
         )
     )
 

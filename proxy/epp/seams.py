@@ -14,6 +14,13 @@ from typing import Protocol
 Header = tuple[str, str]
 
 
+class EvidenceWanted(Protocol):
+    """Who needs a response read whole for what it says (a running canary: its arms'
+    per-request acceptance and timings are its evidence)."""
+
+    def wants_evidence(self, backend: str) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ProxiedRequest:
     """One HTTP request as Envoy hands it over, its body buffered whole."""
@@ -24,6 +31,10 @@ class ProxiedRequest:
     # The data plane's subset hint (``envoy.lb.subset_hint``), as ``ip:port`` strings;
     # ``None`` when Envoy sent none (the whole pool may be chosen).
     subset: tuple[str, ...] | None = None
+    # Whether the response body will pass the picker. False when Envoy keeps it out
+    # (``response_body_mode: NONE``) and reports the response's end in its access log:
+    # the exchange then sees the response headers and the end, never a chunk.
+    response_body: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +51,9 @@ class Pick:
     # Whether the exchange must see the response body (``Exchange.body``); otherwise only
     # the response headers and the end of the stream reach it.
     read_body: bool = True
+    # The request id set on the upstream request (``x-request-id``): what Envoy's access
+    # log reports the response's end under.
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,11 +6,17 @@ without verifying it (the traffic is encrypted; who the picker is, is the cluste
 Plaintext is for a picker beside Envoy on the same host or in tests; a cert/key pair is for
 a deployment that verifies the picker. Health stays plaintext, as kubelet gRPC probes need.
 
+The ext_proc port also serves Envoy's gRPC access log service (:mod:`proxy.epp.accesslog`),
+through which an Envoy that keeps response bodies out of the picker reports each response's
+end; the same cluster, so no other port to open or secure.
+
 Port 0 binds an ephemeral port; the bound ports are on the returned :class:`PickerServers`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import ipaddress
 from dataclasses import dataclass
@@ -21,11 +27,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2_grpc
 
+from proxy.epp.accesslog import AccessLogReceiver
 from proxy.epp.extproc import ExternalProcessor
 from proxy.epp.health import PickerHealth
+from proxy.epp.ledger import EndLedger
 from proxy.epp.seams import Brain
 
 # Requests of up to a few MB (long RAG prompts) arrive in Envoy's chunks, but a replaced
@@ -92,13 +101,26 @@ class PickerServers:
     extproc_port: int
     health_port: int
     checker: PickerHealth
+    ledger: EndLedger
+    sweeper: asyncio.Task[None]
 
     async def stop(self, grace: float | None = 5.0) -> None:
         """Report NOT_SERVING, then let streams in flight finish for ``grace`` seconds (their
-        exchanges close with ``complete=False`` if cut), then stop both servers."""
+        exchanges close with ``complete=False`` if cut), then stop both servers; exchanges
+        still waiting for Envoy's access log are released as incomplete."""
         await self.checker.stop()
         await self.extproc.stop(grace)
         await self.health.stop(grace)
+        self.sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.sweeper
+        self.ledger.close_all()
+
+
+async def _sweep(ledger: EndLedger, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        ledger.sweep()
 
 
 async def start_picker(
@@ -109,10 +131,14 @@ async def start_picker(
     health_port: int = 9003,
     tls: Tls | None = None,
     ready_interval: float = 1.0,
+    ledger: EndLedger | None = None,
 ) -> PickerServers:
-    """Start ext_proc on ``port`` (TLS when ``tls`` is given) and health on ``health_port``."""
+    """Start ext_proc and the access log service on ``port`` (TLS when ``tls`` is given)
+    and health on ``health_port``."""
+    ledger = ledger if ledger is not None else EndLedger()
     extproc = grpc.aio.server(options=_OPTIONS)
-    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(brain), extproc)
+    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(brain, ledger), extproc)
+    als_pb2_grpc.add_AccessLogServiceServicer_to_server(AccessLogReceiver(ledger), extproc)
     address = f"{host}:{port}"
     if tls is None:
         bound = extproc.add_insecure_port(address)
@@ -127,4 +153,7 @@ async def start_picker(
     await checker.start()
     await health.start()
     await extproc.start()
-    return PickerServers(extproc, health, int(bound), int(health_bound), checker)
+    sweeper = asyncio.get_running_loop().create_task(
+        _sweep(ledger, min(60.0, ledger.max_wait_s / 4)), name="epp-ledger-sweep"
+    )
+    return PickerServers(extproc, health, int(bound), int(health_bound), checker, ledger, sweeper)

@@ -14,8 +14,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from proxy.errors import GatewayError
+from proxy.gateway.admin_sizes import process_sizes, structure_sizes
 from proxy.gateway.api import runtime_of
 from proxy.gateway.clientaddr import client_host
+from proxy.gateway.handler import Gateway
 from proxy.gateway.request import parse_request, requested_output_tokens
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
@@ -108,6 +110,7 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
                 "url": b.spec.url,
                 "model": b.spec.model,
                 "pool": b.spec.pool,
+                "engine": b.spec.engine,
                 "speculation": b.spec.speculation.model_dump(),
                 "draft_version": b.spec.draft_version,
                 "healthy": b.healthy,
@@ -158,7 +161,20 @@ def admin_router() -> APIRouter:
 
     @router.get("/fleet")
     async def fleet(request: Request) -> OrjsonResponse:
-        return OrjsonResponse(fleet_snapshot(runtime_of(request)))
+        snapshot = fleet_snapshot(runtime_of(request))
+        # The admission queue: this replica's (each holds its own).
+        gateway: Gateway = request.app.state.gateway
+        snapshot["queue"] = gateway.dispatch.queue.snapshot()
+        return OrjsonResponse(snapshot)
+
+    @router.get("/sizes")
+    async def sizes(request: Request) -> OrjsonResponse:
+        """The length of every container the replica holds, by path (read-only; a soak
+        samples it to find what grows), and the event loop's task count."""
+        found = structure_sizes(request.app.state)
+        return OrjsonResponse(
+            {**process_sizes(), "structures": found.sizes, "bounds": found.bounds}
+        )
 
     @router.get("/acceptance")
     async def acceptance(request: Request) -> OrjsonResponse:

@@ -24,11 +24,14 @@ from proxy.gateway.api import public_router
 from proxy.gateway.clientaddr import trusted_networks
 from proxy.gateway.compose import Components, compose
 from proxy.gateway.console import install_console
+from proxy.gateway.dispatch import Dispatcher
 from proxy.gateway.front import build_door, cors, validating_credentials
 from proxy.gateway.handler import Gateway
+from proxy.gateway.openapi import complete_openapi
 from proxy.gateway.passthrough import Passthrough, passthrough_router
 from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
+from proxy.gateway.seams import LocalFleetStarter
 from proxy.gateway.upstream import make_upstream
 from proxy.metrics import (
     CallbackGauge,
@@ -70,9 +73,10 @@ async def _load_initial(settings: Settings, app: FastAPI) -> PolicyVersion:
         text = settings.policy_path.read_text()
         load_policy(settings.policy_path)  # precise errors before anything starts
         return PolicyVersion.of(text, str(settings.policy_path))
-    from proxy.gateway.embedded import start_embedded_fleet
-
-    fleet = await start_embedded_fleet(quiet=not settings.sim_logs)
+    start: LocalFleetStarter | None = app.state.local_fleet
+    if start is None:
+        raise ValueError("no policy file (--config) and no local fleet to start")
+    fleet = await start(quiet=not settings.sim_logs)
     app.state.embedded = fleet
     return PolicyVersion.of(fleet.policy_text, "embedded default fleet")
 
@@ -110,14 +114,15 @@ async def stop_tasks(tasks: list[asyncio.Task[Any]], within_s: float) -> None:
             task.exception()  # retrieved: guarded() already logged it
 
 
-async def _sync_inflight(runtime: Runtime, interval_s: float) -> None:
+async def _sync_inflight(runtime: Runtime, interval_s: float, dispatch: Dispatcher) -> None:
     while True:
         await asyncio.sleep(interval_s)
         local = runtime.fleet.snapshot_local()
         counts = await runtime.store.fleet_inflight()
         runtime.fleet.apply_fleet_inflight(counts, local)
-        # Every backend may have moved: re-derived here, not by the next request.
-        runtime.scheduler.refresh()
+        # Every backend may have moved: re-derived here, not by the next request (and the
+        # admission queue tries again: room may have freed up on another replica).
+        dispatch.refresh()
 
 
 async def _keep_predictions(runtime: Runtime) -> None:
@@ -158,6 +163,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     credentials = BackendCredentials(initial.policy)
     parts = compose(settings, initial.policy, store, metrics, upstream, control, door, credentials)
     runtime, shadow, canary = parts.runtime, parts.shadow, parts.canary
+    # The first policy meets the process's limits (backend_url_allow) as every later one.
+    runtime.validate_policy(initial.policy)
     passthrough = Passthrough(settings, runtime.fleet, door, credentials)
     # The backends' keys are checked where the policy is applied, not in offline checks
     # (`policy validate`, `specroute check`), which may run where the secrets are not.
@@ -169,7 +176,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.scrape_interval_s,
         settings.health_failures_to_eject,
         # A round writes most backends: re-derived here, not by the next request.
-        after_round=lambda: runtime.scheduler.refresh(),
+        after_round=parts.gateway.dispatch.refresh,
     )
     _add_collectors(metrics, parts)
     app.state.canary = canary
@@ -201,7 +208,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _spawn(tasks, scraper.run(), "scrape")
         _spawn(tasks, parts.observer.run(), "observe")
         _spawn(tasks, parts.prefix.run(), "prefix-sync")
-        _spawn(tasks, _sync_inflight(runtime, settings.store_sync_interval_s), "inflight-sync")
+        sync = _sync_inflight(runtime, settings.store_sync_interval_s, parts.gateway.dispatch)
+        _spawn(tasks, sync, "inflight-sync")
         _spawn(tasks, _keep_predictions(runtime), "latency-terms")
         _spawn(tasks, manager.follow_store(), "policy-follow")
         _spawn(tasks, shadow.run(), "shadow")
@@ -272,6 +280,11 @@ class GatewayApp(FastAPI):
 
     front: ASGIApp | None = None
 
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            self.openapi_schema = complete_openapi(super().openapi())
+        return self.openapi_schema
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self.front is not None and scope["type"] == "http":
             await self.front(scope, receive, send)
@@ -294,10 +307,13 @@ def create_app(
     store: Store | None = None,
     startup_hooks: list[StartupHook] | None = None,
     shutdown_hooks: list[StartupHook] | None = None,
+    local_fleet: LocalFleetStarter | None = None,
 ) -> FastAPI:
     """Build the gateway app. ``store`` overrides the configured one (tests);
     ``startup_hooks`` run once the components are built, ``shutdown_hooks`` first at
-    shutdown (another face on the same components, such as the picker's gRPC servers)."""
+    shutdown (another face on the same components, such as the picker's gRPC servers);
+    ``local_fleet`` starts the backends and their policy when settings name no policy file
+    (``specroute serve`` passes the embedded simulated fleet)."""
     settings = settings or Settings()
     app = GatewayApp(
         title="specroute", version="0.1.0", lifespan=lifespan, default_response_class=OrjsonResponse
@@ -306,6 +322,7 @@ def create_app(
     app.state.store_override = store
     app.state.startup_hooks = list(startup_hooks or [])
     app.state.shutdown_hooks = list(shutdown_hooks or [])
+    app.state.local_fleet = local_fleet
     app.state.started_at = time.time()
     app.include_router(public_router())
     app.include_router(passthrough_router())

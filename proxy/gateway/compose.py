@@ -90,7 +90,16 @@ def compose(
     # Which backends report cached tokens: read by the index and the acceptance split.
     reports = CacheReports()
     prefix = PrefixIndex(reports=reports)
-    scheduler = Scheduler(policy, fleet, acceptance, break_even, canary, latency, prefix)
+    scheduler = Scheduler(
+        policy,
+        fleet,
+        acceptance,
+        break_even,
+        canary,
+        latency,
+        prefix,
+        plugin_modules=settings.plugin_modules,
+    )
     runtime = Runtime(
         policy,
         store,
@@ -100,6 +109,7 @@ def compose(
         break_even,
         scheduler,
         (shadow, canary, credentials),
+        backend_url_allow=settings.backend_url_allow,
     )
     observer = Observer(store, fleet, acceptance, break_even, metrics, latency)
     recent = RecentRequests()  # the console's rows

@@ -4,7 +4,8 @@
 (``proxy/epp/``) Envoy relays it and the picker only decides. Both go through this one
 :class:`Dispatcher`: the request's routing facts (:meth:`Dispatcher.request_info`), an
 attempt on the chosen backend (:meth:`Dispatcher.new_attempt`), the latency model's
-prediction and the overload guard's judgement of it, the accounting once the request is
+prediction and the overload guard's judgement of it (with the wait in the admission queue
+before a refusal, ``proxy/gateway/flow/``), the accounting once the request is
 on its way (:meth:`Dispatcher.account`: in-flight count, pending prefill, forecast), the
 response headers that explain the route, outlier detection's verdict on how the response
 went, and the release that tells every :class:`~proxy.gateway.seams.OutcomeListener`.
@@ -13,17 +14,28 @@ went, and the release that tells every :class:`~proxy.gateway.seams.OutcomeListe
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from proxy.errors import RETRY_SOON, GatewayError
 from proxy.gateway.auth import Admission
+from proxy.gateway.flow import (
+    OBJECTIVE_HEADER,
+    PRIORITY_HEADER,
+    AdmissionQueue,
+    QueueRefusal,
+    place_of,
+    requested_priority,
+)
 from proxy.gateway.overload import OverloadGuard
 from proxy.gateway.resume import Continuation
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import OutcomeListener, OutputSampler
 from proxy.gateway.upstream import UpstreamResponse
 from proxy.metrics import GatewayMetrics
+from proxy.policy.admission import Priority
 from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.fleet import BackendState
 from proxy.routing.latency import Prediction
@@ -89,6 +101,15 @@ class Attempt:
         return self.parsed.stream and not self.parsed.include_usage
 
 
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """What a queued request is sent with once room is found: the decision made then."""
+
+    decision: Decision
+    backend: BackendState
+    prediction: Prediction
+
+
 def outlier_config(settings: Settings) -> OutlierConfig:
     return OutlierConfig(
         consecutive_failures=settings.outlier_consecutive_failures,
@@ -110,6 +131,7 @@ class Dispatcher:
         sampler: OutputSampler | None = None,
         outliers: OutlierDetector | None = None,
         overload: OverloadGuard | None = None,
+        queue: AdmissionQueue[Granted] | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -121,6 +143,10 @@ class Dispatcher:
         self.sampler = sampler
         self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
         self.overload = overload or OverloadGuard(self.scheduler, runtime.latency, self.metrics)
+        # Where what the guard would refuse waits for room (the policy's ``admission``).
+        self.queue: AdmissionQueue[Granted] = queue or AdmissionQueue(
+            lambda: self.scheduler.policy.admission, self.metrics
+        )
         # Whether the scheduler's catch-up is already queued on the loop (``_catch_up_soon``).
         self._catching_up = False
 
@@ -131,6 +157,9 @@ class Dispatcher:
         the classifier), its sticky key for canary splits, its size."""
         classification = self.runtime.classify(parsed, header(b"x-specroute-class"))
         sticky = next((v for h in STICKY_HEADERS if (v := header(h))), None)
+        asked = requested_priority(
+            self.scheduler.policy.admission, header(PRIORITY_HEADER), header(OBJECTIVE_HEADER)
+        )
         if sticky is None and isinstance(parsed.body.get("user"), str):
             sticky = parsed.body["user"]
         return RequestInfo(
@@ -141,6 +170,7 @@ class Dispatcher:
             request_id,
             prompt_bytes=len(parsed.raw),
             max_tokens=wanted or None,
+            asked_priority=asked,
             # Hashed here only when the routing reads them; the prefix index hashes the
             # prompt after the response otherwise (not on the time to first token).
             prefix_chunks=(
@@ -181,12 +211,87 @@ class Dispatcher:
         share = self.scheduler.cached_share(decision, backend)
         return self.runtime.latency.predict(backend, decision.request, share)
 
-    def judge(self, attempt: Attempt) -> None:
+    async def judge(self, attempt: Attempt) -> Attempt:
         """The overload guard's verdict on a first attempt (a retry has already waited: not
-        refused): raises the 503 :class:`~proxy.errors.GatewayError` it refuses with."""
-        if self.overload.sheds:
-            attempt.prediction = self.predict(attempt.decision, attempt.backend)
-            self.overload.admit(attempt.decision.request, attempt.backend, attempt.prediction)
+        refused); the attempt to send. A request predicted to miss its objective waits in
+        the admission queue where the policy has one, and is sent on the backend chosen
+        once some backend can meet it: a new attempt, its wait kept in ``queued_s``.
+        Raises the 503 :class:`~proxy.errors.GatewayError` it is refused with."""
+        if not self.overload.sheds:
+            return attempt
+        request = attempt.decision.request
+        attempt.prediction = self.predict(attempt.decision, attempt.backend)
+        late = self.overload.late(request, attempt.backend, attempt.prediction)
+        settings = self.scheduler.policy.admission
+        if not settings.enabled:
+            if late:
+                raise self.overload.refusal(request)
+            return attempt
+        asked = request.asked_priority
+        place = place_of(settings, request.tenant, None if asked is None else Priority(asked))
+        if not late and not self.queue.ahead(place.priority):
+            return attempt  # the common case: nothing waits, nothing to wait for
+        self.overload.signal.refused()  # queued: what would add load holds back too
+        room = functools.partial(
+            self._room,
+            request,
+            settings.behaviour(place.priority).max_wait,
+            settings.release_tpot_margin,
+        )
+        try:
+            granted = await self.queue.wait(place, room, self.overload.objective_ttft_s(request))
+        except QueueRefusal as refusal:
+            why = f" and no room came within its wait ({refusal.reason})"
+            raise self.overload.refusal(request, refusal.retry_after_s, why) from None
+        if granted is None:  # never refused: the best backend, without room
+            decision = self.scheduler.schedule(request)
+            chosen = decision.chosen
+            if chosen is None:
+                raise GatewayError(
+                    503,
+                    f"no healthy backend can serve model `{request.model}` right now",
+                    code="no_healthy_backend",
+                    headers=[RETRY_SOON],
+                )
+            granted = Granted(decision, chosen.backend, self.predict(decision, chosen.backend))
+        fresh = self.new_attempt(
+            attempt.parsed,
+            granted.decision,
+            granted.backend,
+            attempt.rid,
+            attempt.outcome.attempts,
+            attempt.caller,
+        )
+        # Its clock starts now, as the engine's does: the latency model learns from the
+        # TTFT the engine gave (measured from the wait included, its corrections grew 4-5x
+        # and judged every request later still); the SLO meter adds the wait back.
+        fresh.outcome.queued_s = fresh.outcome.started - attempt.outcome.started
+        fresh.prediction = granted.prediction
+        return fresh
+
+    def _room(
+        self, request: RequestInfo, max_wait: float, tpot_margin: float, waited_s: float
+    ) -> Granted | None:
+        """The queue's question when capacity frees up: the backend the scheduler picks now,
+        if the request's first token is predicted there within its deadline (``max_wait``
+        times its TTFT objective, counting the time it waited: at 1, its objective) and its
+        decode within ``tpot_margin`` of the guard's bar. The in-flight counts read include
+        the other replicas' (``BackendState.inflight``, from the store), so no replica
+        dispatches past the fleet's capacity."""
+        decision = self.scheduler.schedule(request)
+        chosen = decision.chosen
+        if chosen is None:
+            return None
+        prediction = self.predict(decision, chosen.backend)
+        if self.overload.late(request, chosen.backend, prediction, waited_s, max_wait, tpot_margin):
+            return None
+        return Granted(decision, chosen.backend, prediction)
+
+    def refresh(self) -> None:
+        """After a write to many backends (the store's fleet-wide in-flight counts, a
+        scrape round): the scheduler re-derives what it keeps, and the queue tries again."""
+        self.scheduler.refresh()
+        self.queue.wake()
 
     def new_attempt(
         self,
@@ -266,12 +371,13 @@ class Dispatcher:
         return True
 
     def finish(self, attempt: Attempt) -> None:
-        """The attempt is over (uncounted): the listeners hear of a response that began or
-        a client that left; the scheduler catches up with what changed."""
+        """The attempt is over (uncounted): the listeners hear of a response that began, a
+        client that left, or a response that ended unread (``Outcome.observed``); the
+        scheduler catches up with what changed."""
         outcome = attempt.outcome
         if outcome.finished == 0.0:
             outcome.finished = time.monotonic()
-        if outcome.first_byte is not None or outcome.client_gone:
+        if outcome.first_byte is not None or outcome.client_gone or not outcome.observed:
             route = attempt.route or self.route(attempt)
             for listener in self.listeners:
                 listener.on_outcome(attempt.parsed, outcome, route)
@@ -290,6 +396,8 @@ class Dispatcher:
     def _catch_up(self) -> None:
         self._catching_up = False
         self.scheduler.catch_up()
+        # A dispatch or an end changed the fleet's load: the queue's turn to look for room.
+        self.queue.wake()
 
     # -- the route's explanation and the response headers ---------------------------------
     def route(self, attempt: Attempt) -> Route:

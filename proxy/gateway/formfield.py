@@ -8,7 +8,12 @@ follows is streamed through without being looked at.
 
 from __future__ import annotations
 
+from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
+
+
+class FormError(ValueError):
+    """A ``multipart/form-data`` body that cannot be parsed (the client's fault: a 400)."""
 
 
 def form_boundary(content_type: str) -> bytes | None:
@@ -44,7 +49,10 @@ class FieldScanner:
 
     def feed(self, chunk: bytes) -> str | None:
         if self.value is None:
-            self._parser.write(chunk)
+            try:
+                self._parser.write(chunk)
+            except MultipartParseError as exc:
+                raise FormError(f"the multipart/form-data body cannot be read: {exc}") from None
         return self.value
 
     def _part_begin(self) -> None:

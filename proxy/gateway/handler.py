@@ -20,6 +20,7 @@ import time
 
 import orjson
 
+from proxy.engines import engine_profile, relayed_error
 from proxy.errors import (
     RETRY_SOON,
     GatewayError,
@@ -190,8 +191,16 @@ class Gateway:
             backend = chosen.backend
             tried.add(backend.name)
             attempt = self.dispatch.new_attempt(parsed, decision, backend, rid, number, caller)
-            if number == 1:  # a retry has already waited: not refused
-                self.dispatch.judge(attempt)
+            if number == 1:  # a retry has already waited: not refused (nor queued)
+                try:
+                    attempt = await self.dispatch.judge(attempt)
+                except asyncio.CancelledError:
+                    if watch.absorb() is not Interruption.CLIENT_GONE:
+                        raise
+                    return None  # left while queued: nothing was sent
+                tried.discard(backend.name)
+                backend = attempt.backend  # room found later may be on another backend
+                tried.add(backend.name)
             attempt.wait_s = min(self.settings.first_byte_timeout_s, max(left, 0.0))
             if self.settings.resume_streams and resumable(parsed):
                 attempt.keep = []
@@ -277,7 +286,14 @@ class Gateway:
         tried: set[str],
     ) -> Attempt | None:
         """The next continuation's attempt on a backend not tried yet (``None``: none left)."""
-        info.exclude = frozenset(tried)
+        # A backend whose engine cannot take the continuation's request is no candidate.
+        chat = served.parsed.kind is Endpoint.CHAT
+        unable = {
+            b.name
+            for b in self.scheduler.fleet.backends.values()
+            if chat and not engine_profile(b.spec.engine).continues_chat
+        }
+        info.exclude = frozenset(tried | unable)
         decision = self.scheduler.schedule(info)
         if decision.chosen is None:
             return None
@@ -346,6 +362,7 @@ class Gateway:
     async def _dispatch(self, attempt: Attempt, watch: Watch) -> bytes | None:
         """Send the request and wait for its first byte (``None``: the client left first)."""
         parsed, backend, outcome = attempt.parsed, attempt.backend, attempt.outcome
+        engine = backend.spec.engine
         body = with_usage(parsed) if attempt.strip_usage else parsed.raw
         headers = self._upstream_headers(attempt)
         timeout = attempt.wait_s
@@ -359,10 +376,10 @@ class Gateway:
                 attempt.upstream = upstream
                 outcome.status = upstream.status
                 if upstream.status in (429, 503):
-                    body = await upstream.read()
+                    body = relayed_error(engine, upstream.status, await upstream.read())
                     raise UpstreamOverloaded(backend.name, upstream.status, body, upstream.passed)
                 if upstream.status >= 500:
-                    body = await upstream.read()
+                    body = relayed_error(engine, upstream.status, await upstream.read())
                     raise UpstreamStatus(backend.name, upstream.status, body, upstream.passed)
                 streamed = parsed.stream and upstream.status == 200
                 first = await (upstream.next_chunk() if streamed else upstream.read())
@@ -376,6 +393,16 @@ class Gateway:
             return None
         except TimeoutError:
             message = f"backend {backend.name} sent nothing within {timeout:g}s"
+            # The engine's state at that moment tells a busy engine from a hung one.
+            log.info(
+                "request %s: %s (attempt %d; engine running=%s waiting=%s, in flight %d)",
+                attempt.rid.decode("latin-1"),
+                message,
+                outcome.attempts,
+                backend.running,
+                backend.waiting,
+                backend.inflight,
+            )
             raise UpstreamTimeout(backend.name, message, "first byte timeout") from None
         except UpstreamError as exc:
             message = f"backend {backend.name} unreachable: {exc.detail}"
@@ -414,6 +441,8 @@ class Gateway:
                 await upstream.release()
                 attempt.held = (502, "upstream_stream_broken")
                 return
+            if upstream.status != 200:
+                first = relayed_error(attempt.backend.spec.engine, upstream.status, first)
             await self._relay_unary(send, upstream, first, outcome, headers)
         else:
             if attempt.rewrite is None:

@@ -25,7 +25,7 @@ from starlette.responses import StreamingResponse
 
 from proxy.errors import GatewayError
 from proxy.gateway.auth import Admission, FrontDoor, Tenant
-from proxy.gateway.formfield import FieldScanner, form_boundary
+from proxy.gateway.formfield import FieldScanner, FormError, form_boundary
 from proxy.gateway.request import estimate_prompt_tokens
 from proxy.policy.credentials import BackendCredentials
 from proxy.routing.fleet import BackendState, Fleet
@@ -207,8 +207,11 @@ class Passthrough:
             if size > limit:
                 raise _too_large(limit)
             head.append(chunk)
-            if scanner.feed(chunk) is not None:
-                break
+            try:
+                if scanner.feed(chunk) is not None:
+                    break
+            except FormError as exc:
+                raise GatewayError(400, str(exc), code="invalid_multipart") from None
         call.model = self.resolve_model(scanner.value)
         call.admission = await self.door.admit(call.tenant, call.model, 1, call.request_id)
 

@@ -7,7 +7,7 @@ with requests only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from proxy.errors import GatewayError
 from proxy.gateway.request import responses_as_messages
@@ -35,7 +35,9 @@ class Runtime:
         break_even: BreakEvenModel,
         scheduler: Scheduler,
         listeners: Sequence[PolicyListener] = (),
+        backend_url_allow: Sequence[str] = (),
     ) -> None:
+        self.backend_url_allow = tuple(backend_url_allow)
         self.store = store
         self.metrics = metrics
         self.fleet = fleet
@@ -52,11 +54,25 @@ class Runtime:
     def policy(self) -> Policy:
         return self.scheduler.policy
 
+    def validate_policy(self, policy: Policy) -> None:
+        """:meth:`check_policy` with this gateway's limits."""
+        self.check_policy(policy, self.scheduler.plugin_modules, self.backend_url_allow)
+
     @staticmethod
-    def validate_policy(policy: Policy) -> None:
-        """Everything a policy needs beyond its schema: its plugins must build, its engine
-        profiles load."""
-        Scheduler.build_profile(policy)
+    def check_policy(
+        policy: Policy, plugin_modules: Collection[str] = (), url_allow: Collection[str] = ()
+    ) -> None:
+        """Everything a policy needs beyond its schema: its plugins must build (from the
+        built-ins and ``plugin_modules`` only), its engine profiles load, and every backend
+        url start with one of ``url_allow`` (when given). Raises ValueError."""
+        if url_allow:
+            outside = [b.name for b in policy.backends if not b.url.startswith(tuple(url_allow))]
+            if outside:
+                raise ValueError(
+                    f"backends {outside} point outside the allowed URLs (backend_url_allow: "
+                    f"{', '.join(url_allow)})"
+                )
+        Scheduler.build_profile(policy, plugin_modules)
         Classifier(policy.classifier)
         LatencyModel(policy, AcceptanceTracker(policy.acceptance))
 

@@ -7,6 +7,7 @@ them in.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 from proxy.policy import Policy
@@ -35,3 +36,19 @@ class OutputSampler(Protocol):
 class PolicyListener(Protocol):
     def on_policy(self, policy: Policy) -> None:
         """Follow a new policy (validated already); called within the swap, synchronously."""
+
+
+class LocalFleet(Protocol):
+    """Backends started in-process for a gateway given no policy file, and the policy
+    that routes over them."""
+
+    @property
+    def policy_text(self) -> str: ...
+
+    async def stop(self) -> None: ...
+
+
+class LocalFleetStarter(Protocol):
+    def __call__(self, *, quiet: bool) -> Awaitable[LocalFleet]:
+        """Start the fleet in the running loop; ``quiet`` keeps its servers' lines out of
+        the gateway's log."""

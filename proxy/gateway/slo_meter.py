@@ -30,11 +30,15 @@ class SloMeter:
         self._slo = slo
 
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
-        if not request.stream or outcome.client_gone:
-            return  # no TTFT to judge, or a client that left is not the engine's miss
+        if not request.stream or outcome.client_gone or not outcome.observed:
+            # No TTFT to judge (or none read: the picker's lean mode judges its sample),
+            # or a client that left is not the engine's miss.
+            return
         tenant = route.request.tenant
         objective = self._slo().objective(request.model, outcome.label, tenant)
         ttft, tpot = outcome.ttft, outcome.tpot
+        if ttft is not None:
+            ttft += outcome.queued_s  # the client also waited in the admission queue
         met = (
             outcome.ok
             and ttft is not None

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from proxy.gateway.upstream import UpstreamError, UpstreamResponse, Written, passed_headers
+from proxy.gateway.upstream_base import UpstreamError, UpstreamResponse, Written, passed_headers
 from proxy.settings import Settings
 
 # Bytes buffered from a backend before its socket stops being read.

@@ -4,6 +4,7 @@
 """
 
 from proxy.policy.canary import CanaryConfig
+from proxy.policy.classifier import ClassifierConfig, ClassRule
 from proxy.policy.latency import LatencySettings, Objective, OverloadSettings, SloSettings
 from proxy.policy.schema import (
     AcceptanceSettings,
@@ -27,6 +28,8 @@ __all__ = [
     "BackendSpec",
     "BreakEven",
     "CanaryConfig",
+    "ClassRule",
+    "ClassifierConfig",
     "LatencySettings",
     "Objective",
     "OverloadSettings",

@@ -16,10 +16,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from proxy.policy.admission import AdmissionSettings
 from proxy.policy.canary import CanaryConfig
+from proxy.policy.classifier import ClassifierConfig
 from proxy.policy.latency import LatencySettings, OverloadSettings, SloSettings
 from proxy.policy.shadow import ShadowConfig
-from proxy.routing.classify import ClassifierConfig
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 # Headers of the upstream request the gateway owns.
@@ -29,6 +30,8 @@ _OWN_HEADERS = frozenset(
 )  # fmt: skip
 
 SpecMethod = Literal["none", "ngram", "suffix", "draft_model", "eagle", "eagle3", "mtp"]
+# The serving engine behind a backend (proxy/engines/: metrics, health probe, API quirks).
+EngineName = Literal["vllm", "sglang", "trtllm"]
 
 
 class _Strict(BaseModel):
@@ -49,6 +52,12 @@ class BackendSpec(_Strict):
     url: str = Field(pattern=r"^https?://")
     model: str
     pool: str
+    engine: EngineName = Field(
+        default="vllm",
+        description="the serving engine: vllm, sglang (`--enable-metrics`) or trtllm "
+        "(`trtllm-serve` with `return_perf_metrics`); decides where load and acceptance "
+        "are read and which request extensions the backend takes",
+    )
     speculation: Speculation = Speculation()
     draft_version: str = ""
     weight: float = Field(default=1.0, gt=0)
@@ -99,11 +108,41 @@ class BreakEven(_Strict):
     measured time per output token of this pool against the plain pool.
     """
 
-    mode: Literal["static", "learned"] = "static"
-    concurrency: float = Field(default=64, gt=0)
-    hysteresis: float = Field(default=0.15, ge=0, lt=1)
-    min_samples: int = Field(default=30, ge=1)
-    half_life_s: float = Field(default=120.0, gt=0)
+    mode: Literal["static", "learned"] = Field(
+        default="static",
+        description="static: `concurrency` always; learned: start there, follow measurements",
+    )
+    concurrency: float = Field(
+        default=64, gt=0, description="Concurrent requests per backend where speculation stops"
+    )
+    hysteresis: float = Field(
+        default=0.15,
+        ge=0,
+        lt=1,
+        description="Off at concurrency x (1 + h), on again at x (1 - h): no flapping",
+    )
+    min_samples: int = Field(
+        default=30, ge=1, description="Requests of each pool before a learned estimate counts"
+    )
+    half_life_s: float = Field(
+        default=120.0, gt=0, description="Age at which a TPOT sample weighs half (learned)"
+    )
+    min_effect: float = Field(
+        default=0.1,
+        ge=0,
+        description=(
+            "Learned: the threshold moves only to an estimate this share away from it "
+            "(and whose 95% interval excludes it)"
+        ),
+    )
+    max_interval: float = Field(
+        default=0.3,
+        gt=0,
+        description=(
+            "Learned: an estimate whose 95% interval is wider than this share of it either "
+            "side is reported, not acted on"
+        ),
+    )
 
 
 class PoolSpec(_Strict):
@@ -126,7 +165,7 @@ def _default_scorers() -> list[PluginSpec]:
     # does), the acceptance scorer as the bias towards speculation that pays for the class,
     # and load (counting prompt tokens pending prefill) weighed so that a backend's bias is
     # spent in tens of requests or a few long prompts: the best of the routing-quality
-    # benchmark's variants (loadtests/routing_policies.py, report in loadtests/reports/).
+    # benchmark's variants (loadtests/routing/routing_policies.py, report in loadtests/reports/).
     return [
         PluginSpec(type="break_even", weight=4.0, params={"plain_score": 1.0}),
         PluginSpec(type="acceptance", weight=1.0),
@@ -181,6 +220,7 @@ class Policy(_Strict):
     slo: SloSettings = SloSettings()
     latency: LatencySettings = LatencySettings()
     overload: OverloadSettings = OverloadSettings()
+    admission: AdmissionSettings = AdmissionSettings()
     classifier: ClassifierConfig = ClassifierConfig()
     store: StoreSpec = StoreSpec()
     # Sections owned by later features are validated by their own models when present.
@@ -268,6 +308,27 @@ def _format_validation(exc: ValidationError) -> list[str]:
     return problems
 
 
+def _not_unicode(data: object, path: str) -> str | None:
+    """Where a string holds a lone surrogate (YAML and JSON read ``"\\ud800"`` into one), or
+    ``None``: such a string is no UTF-8, so validation, the store and every JSON answer
+    would fail on it later."""
+    if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            inner = f"{path}.{key}" if path else str(key)
+            if (found := _not_unicode(key, inner) or _not_unicode(value, inner)) is not None:
+                return found.encode("utf-8", "backslashreplace").decode()
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            if (found := _not_unicode(value, f"{path}.{i}")) is not None:
+                return found
+    return None
+
+
 def parse_policy(text: str | bytes, source: str = "<policy>") -> Policy:
     """Parse and validate YAML (or JSON, a subset of YAML) policy text."""
     try:
@@ -276,6 +337,8 @@ def parse_policy(text: str | bytes, source: str = "<policy>") -> Policy:
         raise PolicyError(source, [f"not valid YAML: {exc}"]) from exc
     if not isinstance(data, dict):
         raise PolicyError(source, ["<document>: a policy is a mapping with at least 'backends'"])
+    if (where := _not_unicode(data, "")) is not None:
+        raise PolicyError(source, [f"{where or '<document>'}: a lone surrogate is not text"])
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:

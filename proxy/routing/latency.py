@@ -1,9 +1,9 @@
 """The latency model: predicted TTFT and TPOT of one request on each backend.
 
-Built on the calibrated step costs of each backend's engine (the simulator's profile
-format: a step-time grid T(B, q) over batch size and query length, draft-step costs, the
-prefill cost per prompt token and the chunked-prefill token budget; measured on an H200,
-see ../shared/calibration) and corrected online by what each backend delivers.
+Built on the calibrated step costs of each backend's engine (``proxy.stepcost``, the model
+the simulator runs on too: a step-time grid T(B, q) over batch size and query length,
+draft-step costs, the prefill cost per prompt token and the chunked-prefill token budget;
+measured on an H200, see ../shared/calibration) and corrected online by what each backend delivers.
 
 For a request of P prompt tokens sent to a backend with B requests in flight, Q prompt
 tokens sent and not yet answered (``BackendState.prefill_pending``), speculation method m
@@ -52,9 +52,15 @@ from proxy.records import LatencyForecast, Outcome, RequestInfo
 from proxy.routing.acceptance import AcceptanceTracker, assumed_rate
 from proxy.routing.changes import Changes
 from proxy.routing.fleet import BackendState, Fleet
-from proxy.sim.hardware import GPUS, gpu_profile
-from proxy.sim.profile import EngineProfile, StepCostModel, default_profile, load_profile
-from proxy.sim.profile import SpecMethod as ProfileMethod
+from proxy.stepcost import (
+    GPUS,
+    EngineProfile,
+    StepCostModel,
+    default_profile,
+    gpu_profile,
+    load_profile,
+)
+from proxy.stepcost import SpecMethod as ProfileMethod
 
 # The policy's speculation methods on the calibrated profile's drafters: suffix decoding
 # drafts for free as prompt lookup does; EAGLE and MTP heads are one-layer heads like the
@@ -85,7 +91,7 @@ _Places = tuple[IntArray | None, Mapping[str, int]]
 
 def load_engine_profile(name: str) -> EngineProfile:
     """``default`` (bundled, measured on an H200), a GPU name (``h100``, ``a100``, ``l40s``:
-    estimates derived from it, proxy/sim/hardware.py) or a profile file laid over the
+    estimates derived from it, proxy/stepcost/hardware.py) or a profile file laid over the
     default; ValueError if unusable."""
     if name == "default":
         return default_profile()

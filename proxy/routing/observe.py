@@ -80,8 +80,8 @@ class Observer:
         """Apply one outcome (synchronous and cheap: called as the response ends)."""
         result = "ok" if outcome.ok else ("client_gone" if outcome.client_gone else "error")
         self.metrics.requests.labels(outcome.backend, outcome.pool, outcome.label, result).inc()
-        if not outcome.ok:
-            return
+        if not outcome.ok or not outcome.observed:
+            return  # counted; an unread body has nothing to learn from
         if self.latency is not None:
             self.latency.observe(outcome)
         if outcome.completion_tokens:

@@ -7,9 +7,13 @@ sent it (the ``messages``/``prompt``/``input`` value, serialised once), each has
 to the one before, so a chunk matches only after the same leading bytes, as vLLM's block
 hashes do for tokens. Chunks are 512 bytes (~128 tokens) up to 8 KiB, where system
 prompts and conversation turns differ, then 2 KiB up to 64 KiB (long documents and
-histories); a prompt is told apart by its first 64 KiB. That bounds the work on the
-request path at 44 hashes and index lookups (~1 us each on this project's 2-core host):
-with 256-byte chunks throughout, a 32 KB prompt cost ~175-300 us of hashing and walking.
+histories), and growing past that (8 KiB to 256 KiB, 32 KiB to 1 MiB, 512 KiB to 16 MiB)
+so that a long prompt is indexed whole: two 100k-token conversations that differ only in
+their last turn are told apart, where a fixed 64 KiB window (~13k tokens) would have seen
+one prompt (past 16 MiB, twice the default body limit, by its first 16 MiB). That bounds
+the work on the request path at 44 hashes and index lookups up to 64 KiB (~1 us each on
+this project's 2-core host) and 122 for the largest body; with 256-byte chunks
+throughout, a 32 KB prompt cost ~175-300 us of hashing and walking.
 
 The hashes are stable across processes (replicas share them through the store,
 proxy/routing/prefix_share.py): CRC-32 and Adler-32 of the whole prefix up to each chunk
@@ -42,7 +46,14 @@ from proxy.records import Outcome, ParsedRequest, Route
 from proxy.store import SharedPrefix
 
 # Where each chunk ends, in bytes of the serialised prompt.
-CHUNK_ENDS = (*range(512, 8192 + 1, 512), *range(8192 + 2048, 65536 + 1, 2048))
+_KIB, _MIB = 1024, 1024 * 1024
+CHUNK_ENDS = (
+    *range(512, 8 * _KIB + 1, 512),
+    *range(10 * _KIB, 64 * _KIB + 1, 2 * _KIB),
+    *range(72 * _KIB, 256 * _KIB + 1, 8 * _KIB),
+    *range(288 * _KIB, _MIB + 1, 32 * _KIB),
+    *range(_MIB + 512 * _KIB, 16 * _MIB + 1, 512 * _KIB),
+)
 PROMPT_FIELDS = ("messages", "prompt", "input")
 
 

@@ -19,10 +19,11 @@ from proxy.sim import pooling
 from proxy.sim.asgi import JSON, BodyTooLarge, Receive, Scope, Send, header, read_body, respond
 from proxy.sim.config import Faults, SimConfig
 from proxy.sim.engine import Engine
-from proxy.sim.errors import SimHTTPError, bad_request, error_body
+from proxy.sim.errors import SimHTTPError, bad_request, error_body, validation_body
 from proxy.sim.form import parse_form
 from proxy.sim.generation import GenerationHandler
 from proxy.sim.metrics import CONTENT_TYPE, metrics_registry, render_metrics
+from proxy.sim.personality import iteration_stats, personality_registry, trtllm_unknown_fields
 from proxy.sim.request_parsing import BOS, check_model, load_json, render_chat
 from proxy.sim.tokens import Vocabulary
 
@@ -52,7 +53,9 @@ class SimApp:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.engine = Engine(config)
-        self._registry = metrics_registry(self.engine)
+        self._registry = personality_registry(self.engine) or metrics_registry(self.engine)
+        # TensorRT-LLM's JSON /metrics hands each iteration's figures out once.
+        self._drained = (0, 0)
         self._generate = GenerationHandler(self.engine)
         self._created = int(time.time())
         self._routes: dict[str, dict[str, Route]] = {
@@ -81,6 +84,18 @@ class SimApp:
                 "DELETE": self._clear_faults,
             },
         }
+        self._add_personality_routes()
+
+    def _add_personality_routes(self) -> None:
+        """SGLang and trtllm-serve: /health_generate runs a one-token generation there (here,
+        the engine's liveness); trtllm-serve serves Prometheus at /prometheus/metrics and its
+        JSON iteration statistics at /metrics."""
+        if self.config.engine == "vllm":
+            return
+        self._routes["/health_generate"] = {"GET": self._health}
+        if self.config.engine == "trtllm":
+            self._routes["/prometheus/metrics"] = {"GET": self._metrics}
+            self._routes["/metrics"] = {"GET": self._iteration_stats}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -102,6 +117,11 @@ class SimApp:
         try:
             body = await read_body(receive) if scope["method"] in ("POST", "PUT") else b""
             if target == "chat" or target == "completion" or target == "responses":
+                if self.config.engine == "trtllm" and (
+                    refused := self._trtllm_refuses(body, target)
+                ):
+                    await respond(send, 400, validation_body(refused))
+                    return
                 await self._generate(scope, receive, send, body, target)
             elif isinstance(target, _Form):
                 status, payload, content_type = await target.handler(
@@ -115,9 +135,20 @@ class SimApp:
             extra = []
             if exc.retry_after_s is not None:
                 extra.append((b"retry-after", str(exc.retry_after_s).encode()))
-            await respond(send, exc.status, exc.body(), headers=extra)
+            await respond(send, exc.status, exc.body(self.config.engine), headers=extra)
         except BodyTooLarge:
-            await respond(send, 413, error_body(413, "Request body too large."))
+            message = "Request body too large."
+            await respond(send, 413, error_body(413, message, engine=self.config.engine))
+
+    def _trtllm_refuses(self, body: bytes, kind: str) -> str | None:
+        """What trtllm-serve's pydantic models would say of this body (``None``: nothing)."""
+        data = load_json(body)
+        unknown = trtllm_unknown_fields(data, kind)
+        if unknown:
+            return f"1 validation error: Extra inputs are not permitted: {', '.join(unknown)}"
+        if data.get("stream_options") and not data.get("stream"):
+            return "1 validation error: stream_options can only be set if stream is true"
+        return None
 
     def _authorized(self, scope: Scope) -> bool:
         """vLLM's AuthenticationMiddleware: OPTIONS and paths outside /v1, /v2 are open."""
@@ -145,13 +176,29 @@ class SimApp:
     async def _metrics(self, body: bytes) -> Reply:
         return 200, render_metrics(self._registry), CONTENT_TYPE
 
+    async def _iteration_stats(self, body: bytes) -> Reply:
+        """TensorRT-LLM's JSON /metrics: the figures since the last read, then no more."""
+        entry = iteration_stats(self.engine)
+        stats = self.engine.stats
+        drafted, accepted = stats.spec_draft_tokens, stats.spec_accepted_tokens
+        if "specDecodingStats" in entry:
+            entry["specDecodingStats"] = {
+                "numDraftTokens": drafted - self._drained[0],
+                "numAcceptedTokens": accepted - self._drained[1],
+            }
+        self._drained = (drafted, accepted)
+        return 200, orjson.dumps([entry]), JSON
+
     async def _models(self, body: bytes) -> Reply:
         model = self.config.model
         card = {
             "id": model,
             "object": "model",
             "created": self._created,
-            "owned_by": "vllm",
+            # ModelCard.owned_by of each server's protocol module.
+            "owned_by": {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}[
+                self.config.engine
+            ],
             "root": model,
             "parent": None,
             "max_model_len": self.config.profile.max_model_len,

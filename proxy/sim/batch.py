@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from proxy.sim.prefix_cache import PrefixCache
-from proxy.sim.profile import EngineProfile, SpecMethod, StepCostModel
 from proxy.sim.sequence import Sequence
+from proxy.stepcost import EngineProfile, SpecMethod, StepCostModel
 
 
 @dataclass(slots=True)

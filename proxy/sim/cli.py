@@ -8,19 +8,25 @@ from collections.abc import Sequence
 import uvicorn
 
 from proxy.sim.config import Faults, SimConfig
-from proxy.sim.hardware import GPUS, gpu_profile
-from proxy.sim.profile import load_profile
 from proxy.sim.server import create_sim_app
+from proxy.stepcost import GPUS, gpu_profile, load_profile
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specroute sim",
-        description="Serve a simulated vLLM engine (OpenAI API, /metrics, fault switches).",
+        description="Serve a simulated vLLM, SGLang or TensorRT-LLM engine (OpenAI API, "
+        "metrics, fault switches).",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--model", default="sim-llama-8b", help="served model name")
+    parser.add_argument(
+        "--engine",
+        choices=["vllm", "sglang", "trtllm"],
+        default="vllm",
+        help="answer as this server: metric names and paths, request checks, error shapes",
+    )
     parser.add_argument(
         "--speculation", choices=["none", "ngram", "draft_model", "eagle3"], default="none"
     )
@@ -29,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpu",
         choices=sorted(GPUS),
-        help="step costs of this GPU (h200 measured; others estimated, see proxy/sim/hardware.py)",
+        help="step costs of this GPU (h200 measured; others estimated: proxy/stepcost/hardware.py)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-num-seqs", type=int, default=256)
@@ -87,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
     config = SimConfig(
         model=args.model,
+        engine=args.engine,
         speculation=args.speculation,
         k=args.k,
         seed=args.seed,

@@ -7,7 +7,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proxy.sim.overlap import ngram_acceptance
-from proxy.sim.profile import EngineProfile, PromptClass, SpecMethod, default_profile
+from proxy.stepcost import EngineProfile, PromptClass, SpecMethod, default_profile
+
+EngineKind = Literal["vllm", "sglang", "trtllm"]
 
 
 class Faults(BaseModel):
@@ -48,6 +50,9 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = "sim-llama-8b"
+    # Which server the simulator answers as: metric names and endpoints, request
+    # validation and error shapes (proxy/sim/personality.py).
+    engine: EngineKind = "vllm"
     speculation: SpecMethod = "none"
     k: int = Field(default=3, ge=1, le=16)
     seed: int = 0

@@ -16,11 +16,11 @@ import random
 from proxy.sim.batch import Batch, StepPlan
 from proxy.sim.config import Faults, SimConfig
 from proxy.sim.prefix_cache import PrefixCache, block_hashes
-from proxy.sim.profile import PromptClass, StepCostModel
 from proxy.sim.sequence import Sequence
 from proxy.sim.speculation import RequestSpecStats, accepted_drafts
 from proxy.sim.stats import EngineStats
 from proxy.sim.tokens import TokenStream, Vocabulary, stable_hash
+from proxy.stepcost import PromptClass, StepCostModel
 
 
 class Engine:
@@ -268,6 +268,8 @@ class Engine:
         seq.finish_reason = seq.stop_reason
         stats = self.stats
         stats.request_success[seq.stop_reason] += 1
+        steps = sum(seq.spec.histogram) if seq.spec is not None else 0
+        stats.finished.add(seq.prompt_tokens, seq.cached_tokens, len(seq.output), steps)
         stats.e2e_latency.observe(now - seq.arrival)
         stats.queue_time.observe(seq.admitted_at - seq.arrival)
         decode_tokens = len(seq.output) - 1

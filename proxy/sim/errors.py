@@ -1,4 +1,14 @@
-"""Errors answered in vLLM's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+"""Errors answered in the simulated engine's shape.
+
+vLLM: ``{"error": {"message", "type", "param", "code"}}``. SGLang and TensorRT-LLM: the flat
+``ErrorResponse`` ``{"object": "error", "message", "type", "param", "code"}``
+(``python/sglang/srt/entrypoints/openai/protocol.py`` at sgl-project/sglang 9b116dffe828;
+``tensorrt_llm/serve/openai_protocol.py`` at NVIDIA/TensorRT-LLM 0076e9390e1e), with
+``BadRequestError`` as the default type of both servers' ``create_error_response``.
+TensorRT-LLM's request-validation failures are ``{"error": "<text>"}`` with a 400
+(``validation_exception_handler``, ``tensorrt_llm/serve/openai_server.py`` at 00057725d9a6):
+:func:`validation_body`.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +28,7 @@ _ERROR_TYPES = {
 
 
 class SimHTTPError(Exception):
-    """Raised anywhere in request handling; rendered as a vLLM error response."""
+    """Raised anywhere in request handling; rendered in the simulated engine's shape."""
 
     def __init__(
         self,
@@ -33,15 +43,21 @@ class SimHTTPError(Exception):
         self.param = param
         self.retry_after_s = retry_after_s
 
-    def body(self) -> bytes:
-        return error_body(self.status, self.message, self.param)
+    def body(self, engine: str = "vllm") -> bytes:
+        return error_body(self.status, self.message, self.param, engine)
 
 
-def error_body(status: int, message: str, param: str | None = None) -> bytes:
+def error_body(status: int, message: str, param: str | None = None, engine: str = "vllm") -> bytes:
     err_type = _ERROR_TYPES.get(status) or HTTPStatus(status).phrase
-    return orjson.dumps(
-        {"error": {"message": message, "type": err_type, "param": param, "code": status}}
-    )
+    error = {"message": message, "type": err_type, "param": param, "code": status}
+    if engine == "vllm":
+        return orjson.dumps({"error": error})
+    return orjson.dumps({"object": "error", **error})
+
+
+def validation_body(message: str) -> bytes:
+    """TensorRT-LLM's answer to a request its pydantic models refuse."""
+    return orjson.dumps({"error": message})
 
 
 def bad_request(message: str, param: str | None = None) -> SimHTTPError:

@@ -3,6 +3,7 @@ small, and python-multipart is the parser Starlette (and so vLLM) uses."""
 
 from __future__ import annotations
 
+from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from proxy.sim.errors import bad_request
@@ -37,7 +38,7 @@ def parse_form(body: bytes, content_type: str) -> dict[str, bytes]:
         parts.append(data[start:end])
 
     def part_end() -> None:
-        fields[current["name"].decode()] = b"".join(parts)
+        fields[current["name"].decode("utf-8", "replace")] = b"".join(parts)
 
     parser = MultipartParser(
         boundary,
@@ -50,6 +51,9 @@ def parse_form(body: bytes, content_type: str) -> dict[str, bytes]:
             "on_part_end": part_end,
         },
     )
-    parser.write(body)
-    parser.finalize()
+    try:
+        parser.write(body)
+        parser.finalize()
+    except MultipartParseError as exc:  # Starlette (and so vLLM) answers these with a 400
+        raise bad_request(f"Invalid multipart/form-data body: {exc}") from None
     return fields

@@ -91,7 +91,10 @@ class GenerationHandler:
             model=config.model,
             request=parsed,
             vocab=self.engine.vocab,
-            spec_metrics=config.speculative and config.per_request_spec_metrics,
+            # metrics.speculative_decoding is vLLM's (--per-request-spec-decode-metrics).
+            spec_metrics=config.speculative
+            and config.per_request_spec_metrics
+            and config.engine == "vllm",
             fingerprint=self.fingerprint,
             prompt_details=config.enable_prompt_tokens_details,
         )

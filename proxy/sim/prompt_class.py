@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.sim.profile import PromptClass
+from proxy.stepcost import PromptClass
 
 _CODE_LINE = re.compile(
     r"^\s*(def |class |import |from \S+ import |return\b|function\b|const |let |var |"

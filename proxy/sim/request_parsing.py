@@ -10,9 +10,9 @@ import orjson
 from proxy.sim.config import SimConfig
 from proxy.sim.errors import SimHTTPError, bad_request
 from proxy.sim.overlap import repeated_ngram_share
-from proxy.sim.profile import PROMPT_CLASSES, PromptClass
 from proxy.sim.prompt_class import CLASS_FIELD, classify_prompt
 from proxy.sim.tokens import Vocabulary
+from proxy.stepcost import PROMPT_CLASSES, PromptClass
 
 BOS = "<|begin_of_text|>"
 MAX_LOGPROBS = 20

@@ -57,6 +57,26 @@ class Histogram:
         return out
 
 
+class FinishedTotals:
+    """Requests that ended with an output, and what they held."""
+
+    __slots__ = ("cached_tokens", "generation_tokens", "prompt_tokens", "requests", "verify_steps")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.generation_tokens = 0
+        self.verify_steps = 0
+
+    def add(self, prompt: int, cached: int, generated: int, verify_steps: int) -> None:
+        self.requests += 1
+        self.prompt_tokens += prompt
+        self.cached_tokens += cached
+        self.generation_tokens += generated
+        self.verify_steps += verify_steps
+
+
 class EngineStats:
     """Everything ``/metrics`` exports, plus the step-timing figures the benchmark prints."""
 
@@ -69,6 +89,9 @@ class EngineStats:
         self.spec_draft_tokens = 0
         self.spec_accepted_tokens = 0
         self.spec_accepted_per_pos = [0] * num_spec_tokens
+        # Totals over finished requests only: SGLang's tokenizer counters are bumped when
+        # a request finishes, not per step (``observe_one_finished_request``).
+        self.finished = FinishedTotals()
         self.ttft = Histogram(TTFT_BUCKETS)
         self.inter_token = Histogram(INTER_TOKEN_BUCKETS)
         self.time_per_output_token = Histogram(INTER_TOKEN_BUCKETS)

@@ -127,10 +127,21 @@ def evidence_from_dict(row: Mapping[str, Any]) -> EvidenceRow | None:
     )
 
 
+# A step's evidence lives until the step ends; a canary paused (or one whose candidate gets
+# little traffic) would collect baseline samples without end. Past this many per arm the
+# oldest quarter is dropped (the judgement wants the recent ones; a soak found the growth).
+ARM_SAMPLES = 20_000
+
+
 @dataclass(slots=True)
 class Arm:
     acceptance: list[float] = field(default_factory=list)
     tpot: list[tuple[float, float]] = field(default_factory=list)  # (load, seconds)
+
+    def trim(self) -> None:
+        for samples in (self.acceptance, self.tpot):
+            if len(samples) > ARM_SAMPLES:
+                del samples[: len(samples) - ARM_SAMPLES * 3 // 4]
 
 
 @dataclass(slots=True)
@@ -364,6 +375,15 @@ class CanaryController:
     def candidates(self) -> frozenset[str]:
         return frozenset(self.config.candidates) if self.config else frozenset()
 
+    def wants_evidence(self, backend: str) -> bool:
+        """Whether a request served by ``backend`` is evidence while this canary runs (a
+        candidate or its baseline): a data plane that reads only some responses reads
+        these (the picker's lean mode)."""
+        config = self.config
+        if config is None or self.state not in ("running", "paused"):
+            return False
+        return backend in config.candidates or backend in config.baseline
+
     def assign(self, request: RequestInfo) -> Literal["any", "candidate", "exclude"]:
         """ "candidate": only candidates; "exclude": never candidates; "any": no canary rule."""
         config = self.config
@@ -384,7 +404,12 @@ class CanaryController:
     # -- evidence -------------------------------------------------------------------------------
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
         config = self.config
-        if config is None or self.state not in ("running", "paused") or not outcome.ok:
+        if (
+            config is None
+            or self.state not in ("running", "paused")
+            or not outcome.ok
+            or not outcome.observed
+        ):
             return
         if outcome.backend in config.candidates:
             arm = ArmName.CANDIDATE
@@ -439,6 +464,7 @@ class CanaryController:
                 self._since_eval += 1
         if row.tpot:
             arm.tpot.append((row.load, row.tpot))
+        arm.trim()
 
     # -- decisions ------------------------------------------------------------------------------
     async def _transition(

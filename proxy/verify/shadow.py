@@ -27,11 +27,10 @@ import httpx
 import orjson
 
 from proxy.metrics import GatewayMetrics
-from proxy.policy import Policy
+from proxy.policy import BackendSpec, Policy
 from proxy.policy.credentials import BackendCredentials
 from proxy.policy.shadow import ShadowConfig
 from proxy.records import Endpoint, Outcome, ParsedRequest, Route
-from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.pressure import OverloadSignal
 from proxy.store import Store
 from proxy.verify.compare import (
@@ -51,10 +50,46 @@ from proxy.verify.shadow_record import (
     new_record_id,
 )
 
-__all__ = ["QUARANTINE_DOC", "SHADOW_LOG", "ShadowJob", "ShadowVerifier"]
+__all__ = [
+    "QUARANTINE_DOC",
+    "SHADOW_LOG",
+    "ShadowBackend",
+    "ShadowFleet",
+    "ShadowJob",
+    "ShadowVerifier",
+]
 
 log = logging.getLogger("specroute.shadow")
 QUARANTINE_DOC = "quarantine"
+
+
+class ShadowBackend(Protocol):
+    """One backend as shadow verification sees it: read, and its quarantine written."""
+
+    quarantined: str | None
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def spec(self) -> BackendSpec: ...
+    @property
+    def speculative(self) -> bool: ...
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def inflight(self) -> int: ...
+
+
+class ShadowFleet(Protocol):
+    """The live backends by name (the routing fleet): where samples come from, where the
+    reference replays go, and whose quarantine this module sets."""
+
+    @property
+    def backends(self) -> Mapping[str, ShadowBackend]: ...
+
+    def get(self, name: str) -> ShadowBackend | None: ...
 
 
 class ShadowRates(Protocol):
@@ -111,7 +146,7 @@ def single_output(parsed: ParsedRequest) -> bool:
 class ShadowVerifier:
     def __init__(
         self,
-        fleet: Fleet,
+        fleet: ShadowFleet,
         store: Store,
         client: httpx.AsyncClient,
         metrics: GatewayMetrics,
@@ -165,7 +200,7 @@ class ShadowVerifier:
         return max(1, min(self.config.max_concurrency, int(capacity * self.config.max_share)))
 
     # -- sampling (called by the gateway on the request path; must not block) ------------
-    def should_capture(self, backend: BackendState) -> bool:
+    def should_capture(self, backend: ShadowBackend) -> bool:
         """Draw, before the request is sent, whether its output is captured and replayed.
 
         Deciding up front keeps the relay from parsing every event of every greedy stream

@@ -1,7 +1,8 @@
-"""The picker behind a real Envoy in front of real vLLM servers, driven by the OpenAI SDK:
-each request is served by the engine the picker named (counted on vLLM's own
-``vllm:request_success_total``), streamed and not, with usage and per-request speculative
-figures read from the bodies Envoy relays, and the in-flight counts back to zero."""
+"""The picker behind a real Envoy (its filter in full duplex) in front of real vLLM servers,
+driven by the OpenAI SDK: each request is served by the engine the picker named (counted on
+vLLM's own ``vllm:request_success_total``), streamed and not, with usage and per-request
+speculative figures read from the bodies Envoy relays, and the in-flight counts back to
+zero."""
 
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ def picker(
 
 @pytest.fixture(scope="module")
 def envoy(picker: GatewayHandle) -> Iterator[EnvoyHandle]:
-    with envoy_for(picker) as handle:
+    # Full duplex, as other gateways configure the filter: every response passes the
+    # picker, which reads each one's tokens and time to first token. (The shipped lean
+    # configuration reads a sample: tests/integration/test_epp_lean.py.)
+    with envoy_for(picker, full_duplex=True) as handle:
         yield handle
 
 

@@ -18,23 +18,18 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadtests import (
-    acceptance_collapse,
-    break_even,
-    decision_time,
-    load,
-    routing_quality,
-    shadow_overhead,
-)
-from loadtests.break_even_report import render as render_break_even
-from loadtests.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
-from loadtests.prompts import PromptFactory
-from loadtests.routing_report import render as render_routing
-from loadtests.shared_prompts import SHARED_MAKERS, SHARED_MIX
-from loadtests.simfleet import SimFleet, SimSpec
-from loadtests.streams import RequestRecord
-from loadtests.summary import Slo, tokens_in_window
-from loadtests.traces import arrivals, parse_trace
+from loadtests.routing import acceptance_collapse, break_even, decision_time, routing_quality
+from loadtests.routing.break_even_report import render as render_break_even
+from loadtests.routing.routing_report import render as render_routing
+from loadtests.tools import load
+from loadtests.tools.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
+from loadtests.tools.prompts import PromptFactory
+from loadtests.tools.shared_prompts import SHARED_MAKERS, SHARED_MIX
+from loadtests.tools.simfleet import SimFleet, SimSpec
+from loadtests.tools.streams import RequestRecord
+from loadtests.tools.summary import Slo, tokens_in_window
+from loadtests.tools.traces import arrivals, parse_trace
+from loadtests.verification import shadow_overhead
 from proxy.routing.classify import Classifier
 from proxy.routing.prefix import prompt_chunks
 from proxy.sim.prompt_class import classify_prompt

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.chaos import FAULTS, Shape, render, run
-from loadtests.chaos_client import Ending, Tap
+from loadtests.faults.chaos import FAULTS, Shape, render, run
+from loadtests.faults.chaos_client import Ending, Tap
 
 
 def test_a_tapped_stream_is_judged_by_its_bytes() -> None:
@@ -47,3 +47,9 @@ async def test_no_stream_hangs_or_is_truncated_under_every_fault(tmp_path: Path)
     assert results["windows"]["disconnect-storm"][Ending.CANCELLED.value] > 0, report
     assert results["client_failovers"] + total["client_resends"] > 0, report
     assert total[Ending.COMPLETED.value] > total["requests"] // 2, report
+    # Every request that did not end well is accounted for: its window, ids and reason.
+    failures = results["failures"]
+    assert len(failures) == total["failed"] + total["hung"] + total["truncated"], report
+    windows = [*results["windows"], "after the last window"]
+    assert all(f["window"] in windows and f["request_ids"] for f in failures), failures
+    assert not [f for f in failures if f["why"].startswith("unexplained")], failures

@@ -101,6 +101,9 @@ def test_fleet_view_shows_every_backend_acceptance_and_break_even(
         expect(card.locator("canvas")).to_have_count(1)
     expect(page.locator("#card-ngram")).to_contain_text("48.0 (static)")
     expect(page.locator("#card-eagle3 .u-legend")).to_contain_text("eagle3 TPOT (ms)")
+    # The admission queue's line and table (empty: nothing queued on this light load).
+    expect(page.locator("#queue-summary")).to_contain_text("waiting")
+    expect(page.locator("#queue")).to_contain_text("nothing has queued")
     expect(page.locator("#status")).to_contain_text("updated")
     shoot(page, "fleet")
 

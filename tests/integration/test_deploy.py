@@ -25,6 +25,7 @@ import yaml
 
 from proxy.check import ModelResolver, check_deployment
 from proxy.cli import build_parser
+from proxy.embedded import start_embedded_fleet
 from proxy.gateway.app import create_app
 from proxy.gateway.runtime import Runtime
 from proxy.policy import load_policy, parse_policy
@@ -111,7 +112,7 @@ async def test_alert_rules_use_only_metrics_the_gateway_exports() -> None:
     ]
     wanted = {name for expr in exprs for name in re.findall(r"\bspecroute_[a-z_]+", expr)}
     assert wanted
-    app = create_app(Settings(scrape_interval_s=0.2))
+    app = create_app(Settings(scrape_interval_s=0.2), local_fleet=start_embedded_fleet)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
@@ -131,7 +132,7 @@ async def test_alert_rules_use_only_metrics_the_gateway_exports() -> None:
 
 def test_the_policy_validates_and_is_the_overlays_file(rendered: Rendered) -> None:
     policy = parse_policy(rendered.policy_text, "ConfigMap specroute-policy")
-    Runtime.validate_policy(policy)
+    Runtime.check_policy(policy)
     assert rendered.policy_text == (rendered.overlay / "policy.yaml").read_text()
 
 

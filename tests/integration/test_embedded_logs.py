@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from proxy.gateway.embedded import start_embedded_fleet
+from proxy.embedded import start_embedded_fleet
 
 
 @pytest.mark.parametrize(("quiet", "expected"), [(True, 0), (False, 3)])

@@ -100,7 +100,11 @@ async def rig(
         picker: PickerServers = await start_picker(brain, host="127.0.0.1", port=0, health_port=0)
         stack.push_async_callback(picker.stop, 1.0)
         pool_ports = None if pool is None else [*pool, *(s.port for s in servers)]
-        envoy = stack.enter_context(run_envoy(picker.extproc_port, pool=pool_ports))
+        # The protocol in full duplex, as other gateways configure the filter (the shipped
+        # lean configuration is covered by test_epp_lean.py and the picker's own tests).
+        envoy = stack.enter_context(
+            run_envoy(picker.extproc_port, pool=pool_ports, full_duplex=True)
+        )
         yield Rig(brain, envoy, servers)
 
 

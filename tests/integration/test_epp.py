@@ -10,10 +10,12 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.sim.config import SimConfig
@@ -26,6 +28,7 @@ from tests.integration.test_front_door import write_keys
 MODEL = "sim-llama-8b"
 CHAT = [{"role": "user", "content": "Tell me something about the weather in spring."}]
 GOOD, LIMITED = "sk-good-0123456789", "sk-limited-0123456789"
+METERED = "sk-metered-0123456789"
 NAMES = ("plain-0", "ngram-0", "eagle-0")
 
 
@@ -86,8 +89,12 @@ def picker(
     )
     keys = write_keys(
         folder / "keys.yaml",
-        {"open": {}, "small": {"requests_per_minute": 2}},
-        {GOOD: "open", LIMITED: "small"},
+        {
+            "open": {},
+            "small": {"requests_per_minute": 2},
+            "metered": {"tokens_per_minute": 10_000_000},
+        },
+        {GOOD: "open", LIMITED: "small", METERED: "metered"},
     )
     with run_picker(policy, keys_file=keys) as handle:
         yield handle
@@ -96,6 +103,13 @@ def picker(
 @pytest.fixture(scope="module")
 def envoy(picker: GatewayHandle) -> Iterator[EnvoyHandle]:
     with envoy_for(picker) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def envoy_fd(picker: GatewayHandle) -> Iterator[EnvoyHandle]:
+    """The same picker behind the filter as other gateways configure it (full duplex)."""
+    with envoy_for(picker, full_duplex=True) as handle:
         yield handle
 
 
@@ -160,41 +174,52 @@ def test_the_engine_that_serves_is_the_one_the_picker_named(
     settled(picker)
 
 
-def test_a_stream_without_usage_asked_gets_none_and_the_picker_still_counts_it(
+def tenant_tokens(picker: GatewayHandle, tenant: str) -> float:
+    registry = picker.runtime.metrics.registry
+    return sum(
+        sample.value
+        for family in registry.collect()
+        if family.name == "specroute_tenant_completion_tokens"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["tenant"] == tenant
+    )
+
+
+def metered_stream(envoy: EnvoyHandle, **options: Any) -> list[ChatCompletionChunk]:
+    return list(
+        client(envoy, key=METERED).chat.completions.create(
+            model=MODEL, messages=CHAT, max_tokens=9, temperature=0, stream=True, **options
+        )
+    )
+
+
+def test_full_duplex_asks_for_usage_counts_it_and_takes_it_out_again(
+    envoy_fd: EnvoyHandle, picker: GatewayHandle
+) -> None:
+    """Every chunk passes the picker: it asks the engine for usage (the tenant's tokens are
+    settled from it) and takes that event out again for a client that did not ask; a client
+    that asked gets it."""
+    before = tenant_tokens(picker, "metered")
+    chunks = metered_stream(envoy_fd)
+    assert chunks and all(c.usage is None for c in chunks)
+    picker.wait_for(lambda: tenant_tokens(picker, "metered") == before + 9, what="9 tokens")
+    asked = metered_stream(envoy_fd, stream_options={"include_usage": True})
+    assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 9
+    settled(picker)
+
+
+def test_lean_reads_a_metered_tenants_copy_and_never_adds_usage(
     envoy: EnvoyHandle, picker: GatewayHandle
 ) -> None:
-    """The picker asks the engine for usage (the tenant's tokens are settled from it) and
-    takes that event out again for a client that did not ask; a client that asked gets it."""
-
-    def tenant_tokens() -> float:
-        registry = picker.runtime.metrics.registry
-        return sum(
-            sample.value
-            for family in registry.collect()
-            if family.name == "specroute_tenant_completion_tokens"
-            for sample in family.samples
-            if sample.name.endswith("_total") and sample.labels["tenant"] == "open"
-        )
-
-    before = tenant_tokens()
-    chunks = list(
-        client(envoy).chat.completions.create(
-            model=MODEL, messages=CHAT, max_tokens=9, temperature=0, stream=True
-        )
-    )
-    assert chunks and all(c.usage is None for c in chunks)
-    picker.wait_for(lambda: tenant_tokens() == before + 9, what="the tenant's 9 tokens")
-    asked = list(
-        client(envoy).chat.completions.create(
-            model=MODEL,
-            messages=CHAT,
-            max_tokens=9,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
+    """The shipped configuration copies a tenant with a token limit's responses to the
+    picker: its tokens are counted from the usage the client asked for, and a client that
+    did not ask gets none (a copy cannot be changed, so none is asked of the engine)."""
+    before = tenant_tokens(picker, "metered")
+    asked = metered_stream(envoy, stream_options={"include_usage": True})
     assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 9
+    picker.wait_for(lambda: tenant_tokens(picker, "metered") == before + 9, what="9 tokens")
+    chunks = metered_stream(envoy)
+    assert chunks and all(c.usage is None for c in chunks)
     settled(picker)
 
 

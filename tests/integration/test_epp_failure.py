@@ -1,7 +1,9 @@
 """The picker killed under Envoy (a real ``specroute epp`` process, SIGKILL): fail-closed,
-nothing hangs. A stream it was carrying ends at once with an error (every response chunk
-passes the picker in full-duplex mode, so it cannot finish), a new request gets Envoy's error
-at once, and a picker started again on the same port serves the next one."""
+nothing hangs. A new request gets Envoy's error at once, and a picker started again on the
+same port serves the next one. A stream already relayed finishes in the lean configuration
+(Envoy is done with the ext_proc stream once the response headers are answered); in
+full-duplex mode, as other gateways configure the filter, every response chunk passes the
+picker, so the stream ends at once with an error: broken, never silently complete."""
 
 from __future__ import annotations
 
@@ -60,12 +62,15 @@ def sim() -> Iterator[SimServer]:
         yield server
 
 
-def test_a_killed_picker_fails_closed_and_nothing_hangs(sim: SimServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "full-duplex"])
+def test_a_killed_picker_fails_closed_and_nothing_hangs(
+    sim: SimServer, tmp_path: Path, lean: bool
+) -> None:
     policy = write_policy(tmp_path / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]})
     grpc_port = free_port()
     picker = PickerProcess(policy, grpc_port)
     try:
-        with run_envoy(grpc_port) as envoy:
+        with run_envoy(grpc_port, full_duplex=not lean) as envoy:
             client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
             assert client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=3)
             got: list[object] = []
@@ -94,7 +99,10 @@ def test_a_killed_picker_fails_closed_and_nothing_hangs(sim: SimServer, tmp_path
             started = time.monotonic()
             reader.join(timeout=15)
             assert not reader.is_alive(), "the stream hung after the picker died"
-            assert isinstance(got[-1], openai.APIError)  # broken, not silently complete
+            if lean:
+                assert got[-1] == "end"  # relayed to its end without the picker
+            else:
+                assert isinstance(got[-1], openai.APIError)  # broken, not silently complete
             # A new request: fail-closed, Envoy's own error, at once.
             response = httpx.post(
                 envoy.url + "/v1/chat/completions",

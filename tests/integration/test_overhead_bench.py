@@ -17,8 +17,8 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from loadtests.overhead import FLOOR_MODES, MODEL, QUICK, gateway_target
-from loadtests.processes import ROOT, Service, free_port, start
+from loadtests.relay.overhead import FLOOR_MODES, MODEL, QUICK, gateway_target
+from loadtests.tools.processes import ROOT, Service, free_port, start
 
 CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Count to three."}]
 
@@ -26,10 +26,12 @@ CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Count to 
 @pytest.fixture
 async def stub_and_yardstick() -> AsyncIterator[tuple[Service, Service]]:
     port = free_port()
-    stub = await start("stub", ["loadtests.stub_backend", "--port", str(port)], port, "/health")
+    stub = await start(
+        "stub", ["loadtests.tools.stub_backend", "--port", str(port)], port, "/health"
+    )
     try:
         port = free_port()
-        args = ["loadtests.yardstick", "--port", str(port), "--upstream", stub.url]
+        args = ["loadtests.relay.yardstick", "--port", str(port), "--upstream", stub.url]
         yardstick = await start("yardstick", args, port, "/health")
         try:
             yield stub, yardstick
@@ -45,7 +47,15 @@ async def test_floor_relays_carry_streams_and_answers_on_kept_connections(
 ) -> None:
     stub, _ = stub_and_yardstick
     port = free_port()
-    args = ["loadtests.floor_relay", "--mode", mode, "--port", str(port), "--upstream", stub.url]
+    args = [
+        "loadtests.relay.floor_relay",
+        "--mode",
+        mode,
+        "--port",
+        str(port),
+        "--upstream",
+        stub.url,
+    ]
     relay = await start(f"floor-{mode}", args, port, "/health")
     try:
         client = openai.AsyncOpenAI(base_url=relay.url + "/v1", api_key="x", max_retries=0)
@@ -93,7 +103,15 @@ def _quick_run(tmp_path: Path) -> tuple[dict[str, Any], str]:
     out = tmp_path / "overhead.json"
     proc = subprocess.run(
         # The Rust router is left out: it may not be installed where the tests run.
-        [sys.executable, "-m", "loadtests.overhead", "--quick", "--no-router", "--json", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "loadtests.relay.overhead",
+            "--quick",
+            "--no-router",
+            "--json",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -14,12 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadtests.envoy_face import EXT_PROC, envoy_config
-from loadtests.picker_overhead import QUICK
-from loadtests.processes import ROOT
+from loadtests.relay.picker_overhead import QUICK
+from loadtests.tools.envoy_face import EXT_PROC, envoy_config
+from loadtests.tools.processes import ROOT
 
-TARGETS = ("direct", "envoy", "envoy-picker", "envoy-picker-64", "gateway")
-PICKERS = ("envoy-picker", "envoy-picker-64")
+TARGETS = ("direct", "envoy", "envoy-picker", "envoy-picker-fd", "envoy-picker-64", "gateway")
+PICKERS = ("envoy-picker", "envoy-picker-fd", "envoy-picker-64")
 
 
 def _filters(config: dict[str, object]) -> list[str]:
@@ -85,7 +85,7 @@ def test_quick_run_measures_every_contender_and_checks_the_targets(tmp_path: Pat
             assert p["relay_cpu_us_per_chunk"] > 0 and p["picker_cpu_us_per_chunk"] is None, key
 
     decisions = {d["target"]: d for d in results["decisions"]}
-    assert set(decisions) == {"envoy-picker", "envoy-picker-64", "gateway"}
+    assert set(decisions) == {"envoy-picker", "envoy-picker-fd", "envoy-picker-64", "gateway"}
     for target, d in decisions.items():
         assert d["chunks"] == QUICK.decision_chunks and d["bad_streams"] == 0, target
         assert d["requests_per_decider_core_s"] > 0, target

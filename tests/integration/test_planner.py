@@ -8,18 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import planner
-from loadtests.own_profile import profile_from_break_even
-from loadtests.prices import resolve_price
-from loadtests.prompts import count_tokens, shaped_prompt
-from loadtests.trace_files import ColumnMap, read_trace, window
-from loadtests.trace_gen import diurnal, steady
+from loadtests.planning import planner
+from loadtests.planning.own_profile import profile_from_break_even
+from loadtests.planning.trace_files import ColumnMap, read_trace, window
+from loadtests.planning.trace_gen import diurnal, steady
+from loadtests.tools.prices import resolve_price
+from loadtests.tools.prompts import count_tokens, shaped_prompt
 from proxy.routing.classify import Classifier
 from proxy.sim import cli as sim_cli
-from proxy.sim.hardware import GPUS, gpu_profile, step_factor
-from proxy.sim.profile import EngineProfile, StepCostModel, default_profile
 from proxy.sim.prompt_class import classify_prompt
 from proxy.sim.request_parsing import render_chat
+from proxy.stepcost import (
+    GPUS,
+    EngineProfile,
+    StepCostModel,
+    default_profile,
+    gpu_profile,
+    step_factor,
+)
 
 
 def plan_for(trace_mix: str, rate: float, seconds: float, lengths: tuple[int, int]) -> dict:  # type: ignore[type-arg]

@@ -121,3 +121,40 @@ def test_policy_validate_command(sims: tuple[SimServer, SimServer], tmp_path: Pa
         tmp_path / "bad.yaml", policy(sims) | {"routing": {"picker": {"type": "nope"}}}
     )
     assert main(["policy", "validate", str(bad)]) == 1
+
+
+def test_a_policy_may_not_point_a_backend_or_a_plugin_outside_the_process_limits(
+    sims: tuple[SimServer, SimServer], tmp_path: Path
+) -> None:
+    """``backend_url_allow`` and ``plugin_modules`` are process settings: an edit with the
+    admin token, dry run or not, cannot point a backend at another URL or build a plugin
+    from an unlisted module, and the policy in force stays."""
+    path = write_policy(tmp_path / "p.yaml", policy(sims, 64))
+    marker = tmp_path / "ran"
+    settings = Settings(
+        policy_path=path,
+        port=0,
+        watch_policy=False,
+        admin_token="s3cret",
+        backend_url_allow=["http://127.0.0.1:"],
+    )
+    with run_gateway(settings) as gw:
+        admin = {"authorization": "Bearer s3cret"}
+        first = httpx.get(gw.url + "/admin/policy", headers=admin).json()["digest"]
+        outside = policy(sims, 20)
+        outside["backends"][0]["url"] = "http://169.254.169.254/latest"  # type: ignore[index]
+        evil = policy(sims, 20) | {
+            "routing": {
+                "scorers": [{"type": "subprocess:getoutput", "params": {"cmd": f"touch {marker}"}}]
+            }
+        }
+        for doc, why in ((outside, "backend_url_allow"), (evil, "plugin_modules")):
+            for query in ("", "?dry_run=1"):
+                refused = httpx.put(
+                    gw.url + "/admin/policy" + query, content=yaml.safe_dump(doc), headers=admin
+                )
+                assert refused.status_code == 400, refused.text
+                assert why in refused.text
+        assert not marker.exists()
+        assert httpx.get(gw.url + "/admin/policy", headers=admin).json()["digest"] == first
+        assert threshold(gw.url, headers=admin) == 64

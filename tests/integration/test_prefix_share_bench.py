@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from loadtests.prefix_share import MODES, summary
-from loadtests.prompts import PromptFactory
-from loadtests.shared_prompts import SHARED_MIX, shared_makers
+from loadtests.routing.prefix_share import MODES, summary
+from loadtests.tools.prompts import PromptFactory
+from loadtests.tools.shared_prompts import SHARED_MIX, shared_makers
 
 
 def test_larger_pools_bring_each_session_back_less_often() -> None:

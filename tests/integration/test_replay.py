@@ -2,7 +2,7 @@
 gateway that records again, and compare: the arrival process, the length distributions and
 the classes survive the round trip. Then the replay benchmark's reduced form end to end.
 
-Real simulator and gateway processes (loadtests/simfleet.py), at time scale 1 and a few
+Real simulator and gateway processes (loadtests/tools/simfleet.py), at time scale 1 and a few
 requests per second, so the sims keep up and the log's times are the engines' times.
 """
 
@@ -17,15 +17,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadtests import replay
-from loadtests.loadgen import LoadGenerator, RunResult
-from loadtests.loadgen_sse import percentile
-from loadtests.prompts import PromptFactory
-from loadtests.routing_policies import build_policy
-from loadtests.simfleet import MODEL, SimFleet, SimSpec, gateway
-from loadtests.trace_files import TraceRequest, read_trace, window, write_jsonl
-from loadtests.trace_gen import steady
-from loadtests.traffic_export import export
+from loadtests.planning import replay
+from loadtests.planning.trace_files import TraceRequest, read_trace, window, write_jsonl
+from loadtests.planning.trace_gen import steady
+from loadtests.planning.traffic_export import export
+from loadtests.routing.routing_policies import build_policy
+from loadtests.tools.loadgen import LoadGenerator, RunResult
+from loadtests.tools.loadgen_sse import percentile
+from loadtests.tools.prompts import PromptFactory
+from loadtests.tools.simfleet import MODEL, SimFleet, SimSpec, gateway
 from proxy.gateway.traffic_log import STORE_LOG
 from proxy.store.memory import MemoryStore
 

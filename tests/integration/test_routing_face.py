@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from loadtests import routing_quality
+from loadtests.routing import routing_quality
 
 
 def test_routing_quality_runs_each_policy_through_serve_and_through_the_picker(

@@ -17,6 +17,7 @@ import httpx
 import orjson
 import pytest
 
+from proxy.embedded import start_embedded_fleet
 from proxy.gateway.app import create_app
 from proxy.settings import Settings
 from proxy.sim.config import Faults, SimConfig
@@ -107,7 +108,8 @@ async def test_shutdown_writes_the_traffic_log_and_ends_its_drain(tmp_path: Path
     """The drain task starts with the first request: the app's shutdown must end it and
     leave every request's record in the file, not a pending task and a queue."""
     log = tmp_path / "traffic.jsonl"
-    app = create_app(Settings(scrape_interval_s=0.2, traffic_log_path=log))
+    settings = Settings(scrape_interval_s=0.2, traffic_log_path=log)
+    app = create_app(settings, local_fleet=start_embedded_fleet)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:

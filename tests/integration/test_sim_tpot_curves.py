@@ -3,12 +3,12 @@
 It runs a speculative setting whose margins are wide at both ends (n-gram, k=8, per-token
 acceptance 0.3: about 20% faster per token alone, more than twice as slow at 256), so
 that a busy shared host cannot flip either comparison. The default profile's own curves
-and crossover come from ``python -m loadtests.sim_tpot_curves``.
+and crossover come from ``python -m loadtests.routing.sim_tpot_curves``.
 """
 
 from __future__ import annotations
 
-from loadtests.sim_tpot_curves import report, run_sweep
+from loadtests.routing.sim_tpot_curves import report, run_sweep
 
 
 def test_speculation_wins_alone_and_loses_at_256() -> None:

@@ -36,10 +36,12 @@ def mixed_fleet(**sections: Any) -> Policy:
     )
 
 
-def healthy_scheduler(policy: Policy) -> Scheduler:
+def healthy_scheduler(policy: Policy, plugin_modules: tuple[str, ...] = ()) -> Scheduler:
     """A scheduler over a fresh fleet of the policy, every backend healthy."""
     fleet = Fleet(policy)
     for b in fleet.backends.values():
         b.healthy = True
-    s = Scheduler(policy, fleet, AcceptanceTracker(policy.acceptance), BreakEvenModel(policy))
-    return s
+    acceptance = AcceptanceTracker(policy.acceptance)
+    return Scheduler(
+        policy, fleet, acceptance, BreakEvenModel(policy), plugin_modules=plugin_modules
+    )

@@ -4,8 +4,8 @@ RAG and code requests produce output that copies from the prompt, which is where
 speculation pays; chat is everything else.
 """
 
+from proxy.policy.classifier import BUILTIN_LABELS, ClassifierConfig, ClassRule, Label
 from proxy.routing.classify.classifier import OVERRIDE_HEADER, Classification, Classifier
-from proxy.routing.classify.config import BUILTIN_LABELS, ClassifierConfig, ClassRule, Label
 
 __all__ = [
     "BUILTIN_LABELS",

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.routing.classify.config import ClassifierConfig, ClassRule
+from proxy.policy.classifier import ClassifierConfig, ClassRule
 from proxy.routing.classify.evidence import FeatureValue, measure
 from proxy.routing.classify.extract import RequestText, extract
 from proxy.routing.classify.memo import ReadMemo
@@ -56,7 +56,7 @@ class Classifier:
         Raises ValueError when the override names a label this classifier does not know.
         """
         forced = self._check_override(override)
-        request = extract(body, self._config.max_scan_chars, self._memo)
+        request = extract(body, self._config.max_scan_chars)
         label, reason, features = self._decide(request)
         if forced is None:
             return Classification(label, reason, features)
@@ -76,7 +76,7 @@ class Classifier:
 
     def _decide(self, request: RequestText) -> tuple[str, str, dict[str, FeatureValue]]:
         config = self._config
-        features, code, rag, gate = measure(request, config.rag_min_context_chars)
+        features, code, rag, gate = measure(request, config.rag_min_context_chars, self._memo)
         for rule in self._rules:
             hits = self._rule_hits(rule, request)
             if hits >= rule.min_hits:

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from proxy.routing.classify import cues
 from proxy.routing.classify import patterns as p
 from proxy.routing.classify.extract import RequestText
+from proxy.routing.classify.memo import ReadMemo
 from proxy.routing.classify.scan import Scan, TextShape, scan
 
 FeatureValue = float | int | bool | str
@@ -399,9 +400,11 @@ def rag_evidence(
     system: cues.Words | None,
     min_context: int,
     features: dict[str, FeatureValue],
+    instruction_share: Callable[[str], float],
 ) -> tuple[Evidence, bool]:
     """Rag evidence and whether its gate is open (enough prose context that is reference).
-    Its features are added to ``features``."""
+    Its features are added to ``features``; ``instruction_share`` reads a system prompt (or
+    recalls it: the classifier's memo)."""
     last_text = request.last_user.text if request.last_user is not None else ""
     shape = found.last
     split = split_question(request, shape)
@@ -410,8 +413,7 @@ def rag_evidence(
         _judge_supplied(split, shape, last_text, cue, head, tail) if split.supplied else _REFERENCE
     )
     context = _RagContext(found, split, supplied, cue)
-    share = cues.instruction_share if request.memo is None else request.memo.instructions
-    gate, short_context, instructions = _rag_gate(found, context, min_context, share)
+    gate, short_context, instructions = _rag_gate(found, context, min_context, instruction_share)
     rag = _rag_score(context, short_context, split.question, min_context)
     personal = supplied.personal
     features["question_chars"] = split.question
@@ -430,15 +432,19 @@ def rag_evidence(
 
 
 def measure(
-    request: RequestText, min_context: int
+    request: RequestText, min_context: int, memo: ReadMemo | None = None
 ) -> tuple[dict[str, FeatureValue], Evidence, Evidence, bool]:
-    """Features, code evidence, rag evidence and whether the rag gate is open."""
-    found = scan(request, min_context)
+    """Features, code evidence, rag evidence and whether the rag gate is open; ``memo``
+    (the classifier's; None: read all) holds what earlier readings of the same texts found."""
+    if memo is None:
+        found = scan(request, min_context)
+        read_system, share = cues.read, cues.instruction_share
+    else:
+        found = scan(request, min_context, memo.lines, memo.marks)
+        read_system, share = memo.words, memo.instructions
     last = request.last_user
     last_text = last.text if last is not None else ""
     head = cues.read(last_text[:_CUE_HEAD])
-    memo = request.memo
-    read_system = cues.read if memo is None else memo.words
     system = read_system(found.system_text) if found.system_text else None
     features: dict[str, FeatureValue] = {
         "prompt_chars": found.prompt_chars,
@@ -454,7 +460,7 @@ def measure(
     }
     # Each evidence writes its features straight into the one dict, in the order they are
     # reported: a dict per evidence merged into this one cost about 1 us per request.
-    rag, gate = rag_evidence(found, request, head, system, min_context, features)
+    rag, gate = rag_evidence(found, request, head, system, min_context, features, share)
     code = code_evidence(found, request, last_text, head, system, features)
     features["code_score"] = round(code.score, 3)
     features["rag_score"] = round(rag.score, 3)

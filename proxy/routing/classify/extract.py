@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from proxy.routing.classify.memo import ReadMemo
+from typing import Any
 
 SYSTEM_ROLES = frozenset({"system", "developer"})
 TOOL_ROLES = frozenset({"tool", "function"})
@@ -37,8 +34,6 @@ class RequestText:
     prompt_tokens: int = 0
     images: int = 0
     chars: int = 0  # full length of all segments
-    # What earlier readings of the same texts found (the classifier's; None: read all).
-    memo: ReadMemo | None = None
 
 
 def _clip(text: str, limit: int) -> str:
@@ -151,9 +146,9 @@ def _add_messages(request: RequestText, messages: list[Any]) -> None:
     request.chars += chars
 
 
-def extract(body: Mapping[str, Any], max_chars: int, memo: ReadMemo | None = None) -> RequestText:
+def extract(body: Mapping[str, Any], max_chars: int) -> RequestText:
     """Collect every message's text (chat) or the prompt (completions) from ``body``."""
-    request = RequestText(memo=memo)
+    request = RequestText()
     request.has_tools = bool(body.get("tools") or body.get("functions"))
     messages = body.get("messages")
     if isinstance(messages, list):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from proxy.routing.classify import patterns as p
 from proxy.routing.classify.extract import SYSTEM_ROLES, RequestText, Segment
+from proxy.routing.classify.textmemo import TextMemo
 
 # System prompts carry their cues (role, grounding instructions) near the top.
 _SYSTEM_HEAD = 1800
@@ -702,9 +703,10 @@ def lines_alone(text: str) -> Lines:
     return lines
 
 
-def _read_lines(request: RequestText, text: str, lines: Lines, shape: TextShape | None) -> None:
-    memo = request.memo
-    if shape is not None or memo is None or len(text) < memo.lines.min_chars:
+def _read_lines(
+    text: str, lines: Lines, shape: TextShape | None, memo: TextMemo[Lines] | None
+) -> None:
+    if shape is not None or memo is None or len(text) < memo.min_chars:
         _scan_lines(text, lines, shape)
         return
     if "\n" not in text and "\r" not in text:
@@ -715,7 +717,7 @@ def _read_lines(request: RequestText, text: str, lines: Lines, shape: TextShape 
             return
         _scan_lines(text, lines, shape, rows)
         return
-    lines.add(memo.lines(text))
+    lines.add(memo(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -732,18 +734,19 @@ def marks_alone(text: str) -> Marks:
     return _marks(text)
 
 
-def _read_marks(request: RequestText, text: str, found: Scan, shape: TextShape | None) -> None:
-    memo = request.memo
+def _read_marks(
+    text: str, found: Scan, shape: TextShape | None, memo: TextMemo[Marks] | None
+) -> None:
     if (
         shape is not None
         or memo is None
-        or len(text) < memo.marks.min_chars
+        or len(text) < memo.min_chars
         # One line (a turn of a conversation): read at once, as in _read_lines.
         or ("\n" not in text and "\r" not in text)
     ):
         marks = _marks(text, shape)
     else:
-        marks = memo.marks(text)
+        marks = memo(text)
     # Tags add up (at most 10 per text); the other marks are found in any text or not.
     found.doc_tags += marks.doc_tags
     found.fim = found.fim or marks.fim
@@ -813,23 +816,29 @@ def _supplied_earlier(segment: Segment, following: Segment | None, framed: bool)
     return _introduces_material(segment.text)
 
 
-def scan(request: RequestText, min_context: int) -> Scan:
+def scan(
+    request: RequestText,
+    min_context: int,
+    lines_memo: TextMemo[Lines] | None = None,
+    marks_memo: TextMemo[Marks] | None = None,
+) -> Scan:
     """Read every segment once; ``min_context`` is the length from which an earlier user
-    turn whose content shows it is supplied material counts as context."""
+    turn whose content shows it is supplied material counts as context. The memos (the
+    classifier's; None: read all) hold what earlier readings of the same texts found."""
     found = Scan(prompt_chars=request.chars)
     system_parts: list[str] = []
     segments = request.segments
     for index, segment in enumerate(segments):
         role, text = segment.role, segment.text
         if role == "assistant":
-            _read_lines(request, text, found.history, None)
+            _read_lines(text, found.history, None, lines_memo)
             continue
         shape = found.last if segment is request.last_user else None
         # What this segment adds to the framing counts, to judge an earlier user turn.
         framing = found.context.doc_markers + found.doc_tags + found.context.table_rows
         if not _is_data(segment):
-            _read_lines(request, text, found.context, shape)
-        _read_marks(request, text, found, shape)
+            _read_lines(text, found.context, shape, lines_memo)
+        _read_marks(text, found, shape, marks_memo)
         if role in SYSTEM_ROLES:
             found.system_chars += segment.chars
             system_parts.append(text[:_SYSTEM_HEAD])

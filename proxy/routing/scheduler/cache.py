@@ -126,7 +126,7 @@ class DecisionCache:
         self._groups: dict[str, _Group] = {}
         self._smallest = SMALLEST_FLEET
         # Backends re-scored (for one class) so far, requests and refreshes alike: how much
-        # work a decision did is the difference across it (loadtests/decision_time.py).
+        # work a decision did is the difference across it (loadtests/routing/decision_time.py).
         self.rescored = 0
         self._backends = fleet.backends
 

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from proxy.routing.latency import uncached
-from proxy.routing.scheduler.latency_scorer import TAIL_BAND
+from proxy.routing.scheduler.latency_tail import TAIL_BAND
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -58,11 +58,7 @@ from proxy.policy import Objective
 from proxy.routing.fleet import BackendState
 from proxy.routing.latency import FloatArray
 from proxy.routing.scheduler.base import SchedulingContext
-
-# The fastest candidate's TTFT, in multiples of ``tail_from``, for which the tail weighs
-# (loadtests/README.md, issue 15: weighed for shorter prompts and under load as well, it
-# cost 1-3% of goodput at c256). A constant of the compiled loop too.
-TAIL_BAND = (0.8, 2.0)
+from proxy.routing.scheduler.latency_tail import TAIL_BAND
 
 
 class LatencyScorer:

@@ -27,7 +27,7 @@ Figures: loadtests/README.md (routing decision time).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -223,10 +223,13 @@ class Scheduler:
         prefix: PrefixIndex | None = None,
         *,
         cache: bool = True,
+        plugin_modules: Collection[str] = (),
     ) -> None:
         """``cache``: decide from per-backend results kept between requests
         (``scheduler/cache.py``); False recomputes them for every request (the reference
-        the benchmark and the tests compare it with)."""
+        the benchmark and the tests compare it with). ``plugin_modules``: the modules a
+        policy may name its own plugins from (``registry.import_string``)."""
+        self.plugin_modules = tuple(plugin_modules)
         self.fleet = fleet
         self.acceptance = acceptance
         self.break_even = break_even
@@ -235,7 +238,7 @@ class Scheduler:
         self.prefix = prefix
         self.policy = policy
         self._cached = cache
-        self._profile = self.build_profile(policy)
+        self._profile = self.build_profile(policy, self.plugin_modules)
         self._cache = self._new_cache(self._profile)
 
     def _new_cache(self, profile: _Profile) -> DecisionCache | None:
@@ -255,14 +258,16 @@ class Scheduler:
         )
 
     @staticmethod
-    def build_profile(policy: Policy) -> _Profile:
+    def build_profile(policy: Policy, plugin_modules: Collection[str] = ()) -> _Profile:
         """Build (and so validate) every plugin of a policy; raises PluginError."""
         routing = policy.routing
-        scorers = tuple((registry.build_scorer(spec), spec.weight) for spec in routing.scorers)
+        scorers = tuple(
+            (registry.build_scorer(spec, plugin_modules), spec.weight) for spec in routing.scorers
+        )
         weighted = [scorer for scorer, weight in scorers if weight > 0]
-        filters = tuple(registry.build_filter(spec) for spec in routing.filters)
+        filters = tuple(registry.build_filter(spec, plugin_modules) for spec in routing.filters)
         builtin, extra = _split_builtin(scorers)
-        picker = registry.build_picker(routing.picker)
+        picker = registry.build_picker(routing.picker, plugin_modules)
         sparse = tuple((s, w) for s, w in extra if isinstance(s, SparseScorer))
         leads = type(picker) is MaxScorePicker and builtin is not None
         leads = leads and len(sparse) == len(extra)
@@ -292,7 +297,7 @@ class Scheduler:
         )
 
     def apply_policy(self, policy: Policy) -> None:
-        profile = self.build_profile(policy)
+        profile = self.build_profile(policy, self.plugin_modules)
         cache = self._new_cache(profile)
         self.policy = policy
         self._profile = profile

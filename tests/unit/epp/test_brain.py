@@ -281,3 +281,45 @@ async def test_server_errors_in_a_row_count_towards_ejection() -> None:
     exchange.body(b'{"choices": []}', True)
     exchange.close(True)
     assert picker.runtime.fleet.backends["a"].passive_failures == 0  # a success ends the run
+
+
+def lean(req: ProxiedRequest) -> ProxiedRequest:
+    """The same request from an Envoy that keeps response bodies out of the picker."""
+    return ProxiedRequest(req.headers, req.body, req.subset, response_body=False)
+
+
+STREAM = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+async def test_a_lean_pick_reads_one_response_in_sample_every() -> None:
+    picker, _ = await brain()
+    picker.sample_every = 4
+    picks = [(await picked(picker, lean(request(STREAM))))[0] for _ in range(8)]
+    assert [p.read_body for p in picks] == [False, False, False, True] * 2
+    # Usage could not be taken out of a stream that does not pass the picker (a copy at
+    # most): the engine is never asked for it on the client's behalf.
+    assert all(p.body is None for p in picks)
+    assert all(p.request_id is not None for p in picks)
+    assert picks[0].request_id == dict(picks[0].set_headers)["x-request-id"]
+
+
+async def test_a_lean_exchange_releases_on_its_end_and_knows_whole_from_cut() -> None:
+    picker, recorder = await brain()
+    picker.sample_every = 1000
+    for complete in (True, False):
+        pick, exchange = await picked(picker, lean(request(STREAM)))
+        assert not pick.read_body
+        named = picker.endpoints.backend_at(pick.endpoints[0])
+        exchange.response_headers(200, {"content-type": "text/event-stream"}, None)
+        # The engine answered: its prompt is no longer pending, the request still counts.
+        assert counts(picker)[named] == (1, 0)
+        exchange.close(complete)
+        assert counts(picker)[named] == (0, 0)
+        assert exchange._attempt.outcome.ok is complete
+    # Without its body a whole response has no first byte: the listeners hear of it as
+    # unread (counted; no timings, no usage to learn from); the cut one is heard of as a
+    # client gone, as ever.
+    assert [(o.client_gone, o.observed, o.first_byte) for o in recorder.heard] == [
+        (False, False, None),
+        (True, False, None),
+    ]

@@ -14,6 +14,8 @@ import orjson
 import pytest
 import pytest_asyncio
 from envoy.config.core.v3 import base_pb2
+from envoy.data.accesslog.v3 import accesslog_pb2
+from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from google.protobuf import struct_pb2
@@ -347,3 +349,119 @@ async def test_self_signed_certificate_is_made_at_start(brain: FakeBrain) -> Non
         assert "BEGIN CERTIFICATE" in pem
     finally:
         await running.stop(0.5)
+
+
+def lean_headers_msg(headers: dict[str, str]) -> pb.ProcessingRequest:
+    """The first message as a lean Envoy sends it: response bodies kept out of the picker
+    and the configuration's word that ends come by the access log."""
+    req = headers_msg(headers)
+    req.protocol_config.request_body_mode = 4  # FULL_DUPLEX_STREAMED
+    req.protocol_config.response_body_mode = 0  # NONE
+    said = struct_pb2.Struct()
+    said.update({"end": "access_log"})
+    req.metadata_context.filter_metadata["specroute"].CopyFrom(said)
+    return req
+
+
+async def log_end(servers: PickerServers, request_id: str, **flags: bool) -> None:
+    entry = accesslog_pb2.HTTPAccessLogEntry()
+    entry.request.request_id = request_id
+    entry.response.response_code.value = 200
+    for name, value in flags.items():
+        setattr(entry.common_properties.response_flags, name, value)
+    message = als_pb2.StreamAccessLogsMessage()
+    message.http_logs.log_entry.append(entry)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{servers.extproc_port}") as channel:
+        call = als_pb2_grpc.AccessLogServiceStub(channel).StreamAccessLogs()
+        await call.write(message)
+        await call.done_writing()
+        await call
+    await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("gone", [False, True])
+async def test_lean_stream_ends_when_the_access_log_says(
+    stub: pb_grpc.ExternalProcessorStub, brain: FakeBrain, servers: PickerServers, gone: bool
+) -> None:
+    brain.answer = Pick(("10.0.0.1:8000",), read_body=False, request_id="rid-1")
+    conv = Conversation(stub)
+    await conv.send(lean_headers_msg(REQUEST), body_msg(b"{}", True))
+    headers, _ = await conv.read(2)
+    assert brain.requests[0].response_body is False
+    assert "x-specroute-read" not in set_headers(headers)
+    await conv.send(response_headers_msg(200))
+    await conv.read(1)
+    # Envoy closes the ext_proc stream after the response headers: not the response's end.
+    await conv.call.done_writing()
+    assert await conv.call.code() == grpc.StatusCode.OK
+    exchange = brain.exchanges[0]
+    assert exchange.closes == [] and len(servers.ledger) == 1
+    await log_end(servers, "rid-1", downstream_connection_termination=gone)
+    assert exchange.closes == [not gone] and len(servers.ledger) == 0
+
+
+async def test_full_duplex_stream_ignores_the_ledger(
+    stub: pb_grpc.ExternalProcessorStub, brain: FakeBrain, servers: PickerServers
+) -> None:
+    # Another gateway's configuration: the response body passes the picker, the stream's
+    # end is the response's, and an access log entry for the same id changes nothing.
+    brain.answer = Pick(("10.0.0.1:8000",), request_id="rid-2")
+    conv = await exchange_after(stub, brain)
+    assert brain.requests[0].response_body is True
+    await conv.send(response_headers_msg(200), body_msg(b"data: [DONE]\n\n", True, True))
+    await conv.read(2)
+    await conv.call.done_writing()
+    await conv.call.code()
+    await log_end(servers, "rid-2")
+    assert brain.exchanges[0].closes == [True] and len(servers.ledger) == 0
+
+
+def reading_msg(request_id: str) -> pb.ProcessingRequest:
+    """The reading filter's first message: the response headers (its request headers are
+    skipped), in observability mode, with the request's id as an attribute."""
+    req = response_headers_msg(200)
+    req.observability_mode = True
+    attrs = struct_pb2.Struct()
+    attrs.update({"request.id": request_id})
+    req.attributes["envoy.filters.http.ext_proc"].CopyFrom(attrs)
+    return req
+
+
+async def test_a_read_response_is_copied_to_the_picker_and_closes_after_both_ends(
+    stub: pb_grpc.ExternalProcessorStub, brain: FakeBrain, servers: PickerServers
+) -> None:
+    brain.answer = Pick(("10.0.0.1:8000",), read_body=True, request_id="rid-3")
+    conv = Conversation(stub)
+    await conv.send(lean_headers_msg(REQUEST), body_msg(b"{}", True))
+    headers, _ = await conv.read(2)
+    assert set_headers(headers)["x-specroute-read"] == "1"  # its route copies the body
+    await conv.send(response_headers_msg(200))
+    await conv.read(1)
+    await conv.call.done_writing()
+    await conv.call.code()
+    exchange = brain.exchanges[0]
+    copy = Conversation(stub)
+    await copy.send(reading_msg("rid-3"), body_msg(b"data: 1\n\n", False, True))
+    # The access log's entry before the copy's end: the exchange waits for it.
+    for _ in range(100):
+        if exchange.chunks:
+            break
+        await asyncio.sleep(0.01)
+    await log_end(servers, "rid-3")
+    assert exchange.closes == []
+    await copy.send(body_msg(b"data: [DONE]\n\n", True, True))
+    await copy.call.done_writing()
+    assert await copy.call.code() == grpc.StatusCode.OK
+    assert [m async for m in copy.call] == []  # a copy is never answered
+    assert exchange.chunks == [(b"data: 1\n\n", False), (b"data: [DONE]\n\n", True)]
+    assert exchange.closes == [True] and len(servers.ledger) == 0
+
+
+async def test_a_copy_nobody_waits_for_is_read_and_dropped(
+    stub: pb_grpc.ExternalProcessorStub, brain: FakeBrain
+) -> None:
+    copy = Conversation(stub)
+    await copy.send(reading_msg("rid-unknown"), body_msg(b"x", True, True))
+    await copy.call.done_writing()
+    assert await copy.call.code() == grpc.StatusCode.OK
+    assert brain.requests == []

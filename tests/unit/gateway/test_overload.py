@@ -22,7 +22,10 @@ async def test_overload_sheds_a_request_its_backend_is_predicted_to_serve_too_la
     shed_above: float, queued: int, shed: bool
 ) -> None:
     overload = {"shed_above": shed_above}
-    gateway, upstream, recorder = build([Scripted(body=CHAT)], overload=overload)
+    # The guard's own refusal, without the admission queue (tests/unit/gateway/flow/).
+    gateway, upstream, recorder = build(
+        [Scripted(body=CHAT)], overload=overload, admission={"enabled": False}
+    )
     fleet = gateway.runtime.fleet.backends
     for b in fleet.values():
         b.prefill_pending = queued
@@ -64,7 +67,11 @@ async def test_overload_sheds_a_request_its_backend_is_predicted_to_serve_too_la
 async def test_overload_sheds_on_the_predicted_tpot_against_what_the_engine_could_give(
     inflight: int, tpot_ms: float, max_tokens: int, shed: bool
 ) -> None:
-    sections = {"overload": {"shed_above": 1.0}, "slo": {"default": {"tpot_ms": tpot_ms}}}
+    sections = {
+        "overload": {"shed_above": 1.0},
+        "slo": {"default": {"tpot_ms": tpot_ms}},
+        "admission": {"enabled": False},
+    }
     gateway, upstream, _ = build([Scripted(body=CHAT)], **sections)
     for b in gateway.runtime.fleet.backends.values():
         b.local_inflight = inflight
@@ -93,7 +100,9 @@ async def test_overload_sheds_on_the_predicted_tpot_against_what_the_engine_coul
 async def test_a_long_prompt_is_refused_for_the_wait_ahead_of_it_not_its_own_prefill(
     prompt_bytes: int, queued: int, shed: bool
 ) -> None:
-    gateway, upstream, _ = build([Scripted(body=CHAT)], overload={"shed_above": 1.0})
+    gateway, upstream, _ = build(
+        [Scripted(body=CHAT)], overload={"shed_above": 1.0}, admission={"enabled": False}
+    )
     for b in gateway.runtime.fleet.backends.values():
         b.prefill_pending = queued
     gateway.scheduler.refresh()

@@ -66,3 +66,13 @@ def test_a_tenants_objective_and_label() -> None:
     assert counted(metrics, "false", "search") == 1.0
     meter.on_outcome(chat_request(), outcome(0.150, 0.010, 40), route_to("b"))
     assert counted(metrics, "true") == 1.0  # the default's 500 ms
+
+
+def test_the_wait_in_the_admission_queue_counts_towards_the_ttft() -> None:
+    metrics = GatewayMetrics()
+    slo = SloSettings.model_validate({"default": {"ttft_ms": 200, "tpot_ms": 20}})
+    meter = SloMeter(metrics, lambda: slo)
+    queued = outcome(0.150, 0.010, 40)  # the engine's 150 ms...
+    queued.queued_s = 0.1  # ...after 100 ms in the queue: 250 ms for the client
+    meter.on_outcome(chat_request(), queued, route_to("b"))
+    assert (counted(metrics, "true"), counted(metrics, "false")) == (None, 1.0)

@@ -10,7 +10,8 @@ import orjson
 from proxy.routing.classify import Classifier, ClassifierConfig
 from proxy.routing.classify.evidence import measure
 from proxy.routing.classify.extract import extract
-from proxy.routing.classify.memo import ReadMemo, TextMemo
+from proxy.routing.classify.memo import ReadMemo
+from proxy.routing.classify.textmemo import TextMemo
 from tests.unit.routing.classify_data.classify_eval_holdout3 import HOLDOUT3
 
 EVAL_SET = Path(__file__).parent / "classify_data" / "classify_eval.jsonl"
@@ -23,8 +24,8 @@ def _bodies() -> list[dict[str, Any]]:
 
 def _measured(body: dict[str, Any], memo: ReadMemo | None) -> tuple[object, ...]:
     config = ClassifierConfig()
-    request = extract(body, config.max_scan_chars, memo)
-    features, code, rag, gate = measure(request, config.rag_min_context_chars)
+    request = extract(body, config.max_scan_chars)
+    features, code, rag, gate = measure(request, config.rag_min_context_chars, memo)
     return features, code.score, code.parts, rag.score, rag.parts, gate
 
 

@@ -12,9 +12,9 @@ from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.fleet import BackendState, Fleet
 from proxy.routing.latency import LatencyModel
 from proxy.sim.batch import Batch
-from proxy.sim.profile import SpecMethod, StepCostModel, default_profile
 from proxy.sim.sequence import Sequence
 from proxy.sim.tokens import TokenStream, Vocabulary
+from proxy.stepcost import SpecMethod, StepCostModel, default_profile
 from tests.unit.policy_helpers import mixed_fleet
 
 # From ../shared/calibration (H200, Llama-3.1-8B shape, ms): verify_cost.csv and

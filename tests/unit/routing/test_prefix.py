@@ -184,12 +184,25 @@ def test_counter_correction_lowers_confidence_where_predicted_hits_did_not_happe
     assert index.precision["a"].samples == 1
 
 
-def test_long_prompts_are_hashed_in_a_bounded_number_of_growing_chunks() -> None:
+def test_long_prompts_are_hashed_whole_in_a_bounded_number_of_growing_chunks() -> None:
+    # 512 B to 8 KiB, 2 KiB to 64 KiB, 8 KiB to 256 KiB, 32 KiB to 1 MiB, 512 KiB to 16 MiB.
+    assert len(CHUNK_ENDS) == 16 + 28 + 24 + 24 + 30
+    assert list(CHUNK_ENDS) == sorted(set(CHUNK_ENDS))
     huge = prompt_chunks({"prompt": "x" * 200_000})
-    assert len(huge) == len(CHUNK_ENDS) == 16 + 28  # 512 B to 8 KiB, then 2 KiB to 64 KiB
+    # 200,002 serialised bytes end in the chunk that ends at 204,800 (the 61st).
+    assert len(huge) == 61 and CHUNK_ENDS[60] == 204_800
     assert prompt_chunks({"prompt": "y" * 200_000})[:3] != huge[:3]
     assert covered_share(16, 44) == 8192 / 65536 and covered_share(44, 44) == 1.0
     assert covered_share(2, 4) == 0.5 and covered_share(0, 4) == 0.0
+    # Two long conversations that differ only past 64 KiB (~13k tokens) are told apart,
+    # and share every chunk before the difference.
+    history = [{"role": "user", "content": "z" * 150_000}]
+    first = prompt_chunks({"messages": [*history, {"role": "user", "content": "one"}]})
+    second = prompt_chunks({"messages": [*history, {"role": "user", "content": "two"}]})
+    assert first != second and first[:-1] == second[:-1]
+    assert prompt_chunks({"prompt": "x" * (17 * 1024 * 1024)}) == prompt_chunks(
+        {"prompt": "x" * (17 * 1024 * 1024 + 5)}
+    )  # past 16 MiB, by the first 16 MiB
 
 
 def test_a_backend_that_reports_cached_tokens_reports_none_cached_by_omission() -> None:

@@ -39,15 +39,11 @@ def render(drafts: float, tokens: float, accepted: float) -> str:
 
 
 def test_parse() -> None:
-    gauges, counters = parse_engine_metrics(render(10, 30, 12))
-    assert gauges == {
-        "vllm:num_requests_running": 3.0,
-        "vllm:num_requests_waiting": 1.0,
-        "kv": 0.25,
-    }
-    assert counters is not None
-    assert (counters.drafts, counters.draft_tokens, counters.accepted) == (10, 30, 12)
-    assert counters.per_position == {0: 5.0, 1: 2.0}
+    reading = parse_engine_metrics(render(10, 30, 12))
+    assert (reading.running, reading.waiting, reading.kv_usage) == (3.0, 1.0, 0.25)
+    assert reading.speculative
+    assert (reading.drafts, reading.draft_tokens, reading.accepted) == (10, 30, 12)
+    assert reading.per_position == {0: 5.0, 1: 2.0}
 
 
 def test_type_lines_with_total_suffix() -> None:
@@ -56,13 +52,16 @@ def test_type_lines_with_total_suffix() -> None:
         "# TYPE vllm:spec_decode_num_drafts counter",
         "# TYPE vllm:spec_decode_num_drafts_total counter",
     )
-    _, counters = parse_engine_metrics(text)
-    assert counters is not None and counters.drafts == 10
+    reading = parse_engine_metrics(text)
+    assert reading.speculative and reading.drafts == 10
 
 
 def test_plain_engine_has_no_spec_counters() -> None:
-    _, counters = parse_engine_metrics(TEXT.split("# TYPE vllm:spec_decode_num_drafts")[0])
-    assert counters is None
+    reading = parse_engine_metrics(TEXT.split("# TYPE vllm:spec_decode_num_drafts")[0])
+    assert not reading.speculative
+    b = BackendState(spec=BackendSpec(name="b", url="http://x", model="m", pool="p"))
+    update_from_metrics(b, TEXT.split("# TYPE vllm:spec_decode_num_drafts")[0])
+    assert b.spec_counters is None and b.running == 3.0
 
 
 def test_window_acceptance_from_deltas_and_restart() -> None:
@@ -127,3 +126,30 @@ def test_a_scrape_round_is_absorbed_after_the_round_not_by_the_next_request(
     asyncio.run(round_())
     assert all(b.kv_usage == 0.25 for b in s.fleet.backends.values())
     assert len(_pending(s)) == (0 if refresh else len(s.fleet.backends))
+
+
+def test_each_engine_is_probed_and_read_where_it_serves_it() -> None:
+    """SGLang's /health generates a token: its metrics read is the probe. TensorRT-LLM's
+    /metrics is JSON drained by each read: only /prometheus/metrics is read."""
+    policy = make_policy(
+        backend("v", "v", url="http://vllm"),
+        backend("s", "s", url="http://sglang", engine="sglang"),
+        backend("t", "t", url="http://trtllm", engine="trtllm"),
+    )
+    s = healthy_scheduler(policy)
+    asked: dict[str, list[str]] = {}
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        asked.setdefault(request.url.host, []).append(request.url.path)
+        return httpx.Response(200, text="")
+
+    async def round_() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(engine)) as client:
+            await Scraper(lambda: s.fleet, client, 1.0, 3).check_all()
+
+    asyncio.run(round_())
+    assert asked == {
+        "vllm": ["/health", "/metrics"],
+        "sglang": ["/metrics"],
+        "trtllm": ["/health", "/prometheus/metrics"],
+    }

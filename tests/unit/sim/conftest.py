@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.sim.config import SimConfig
-from proxy.sim.profile import EngineProfile, default_profile
+from proxy.stepcost import EngineProfile, default_profile
 
 
 def fast_profile(scale: float = 0.01) -> EngineProfile:

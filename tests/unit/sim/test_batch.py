@@ -1,9 +1,9 @@
 import pytest
 
 from proxy.sim.batch import Batch
-from proxy.sim.profile import StepCostModel, default_profile
 from proxy.sim.sequence import Sequence
 from proxy.sim.tokens import TokenStream, Vocabulary
+from proxy.stepcost import StepCostModel, default_profile
 
 VOCAB = Vocabulary()
 

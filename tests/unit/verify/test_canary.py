@@ -10,6 +10,7 @@ from proxy.policy.shadow import NumericsConfig
 from proxy.records import Outcome, RequestInfo
 from proxy.store import MemoryStore
 from proxy.verify.canary import (
+    ARM_SAMPLES,
     ArmName,
     CanaryController,
     Evidence,
@@ -192,3 +193,19 @@ def test_numerics_differ_on_a_candidate_rolls_it_back() -> None:
     other.configure(CanaryConfig(name="v3", candidates=["x"], baseline=["base"]))
     other.on_group_verdicts(rows)
     assert other.evidence.numerics_differ is None
+
+
+async def test_a_paused_canary_keeps_a_bounded_amount_of_evidence() -> None:
+    """Paused, the baseline's requests keep coming: the arm keeps only the recent ones."""
+    controller = CanaryController(MemoryStore())
+    controller.configure(CONFIG)
+    await controller.command("pause")
+    for n in range(ARM_SAMPLES + 5_000):
+        controller.on_outcome(chat_request(), outcome("base", 0.6, load=n), route_to("base"))
+        if n % 1000 == 0:
+            await controller.tick()
+    await controller.tick()
+    tpot = controller.evidence.baseline.tpot
+    assert ARM_SAMPLES * 3 // 4 <= len(tpot) <= ARM_SAMPLES
+    assert len(controller.evidence.baseline.acceptance) <= ARM_SAMPLES
+    assert tpot[-1][0] == ARM_SAMPLES + 4_999  # the newest kept, the oldest dropped

@@ -200,6 +200,9 @@ function renderBreakEven(pools) {
       ["learned", pool.learned === null
         ? `not yet (${pool.samples} speculative, ${pool.reference_samples} plain samples)`
         : num(pool.learned, 1)],
+      ["95% interval", pool.interval
+        ? `${num(pool.interval[0], 1)} to ${pool.interval[1] >= 4096 ? "no limit seen" : num(pool.interval[1], 1)}`
+        : "the data cannot tell yet"],
       ["current concurrency", el("span", {}, num(pool.concurrency), " ",
         above ? badge("past break-even", "bad") : badge("speculation pays", "good"))],
     ]));
@@ -235,9 +238,28 @@ function renderBreakEven(pools) {
   }
 }
 
+const PRIORITY_BADGE = { critical: "good", standard: "muted", sheddable: "warn" };
+
+// The admission queue: requests predicted to miss their objective wait here for room.
+function renderQueue(q) {
+  if (!q) return;
+  const state = q.enabled ? `${num(q.depth)} of ${num(q.max_depth)} waiting` : "off";
+  fill("queue-summary", `${state} · draining ${num(q.drain_per_s, 1)}/s`);
+  fill("queue", table([
+    ["priority", (r) => badge(r.priority, PRIORITY_BADGE[r.priority] || "muted")],
+    ["tenant", (r) => r.tenant || "(open)"],
+    ["waiting", (r) => num(r.depth), "n"],
+    ["oldest wait", (r) => (r.depth ? ms(r.oldest_wait_s) : "–"), "n"],
+    ["dispatched (recent)", (r) => num(r.dispatched_recently), "n"],
+    ["wait p50", (r) => (r.wait_p50_s == null ? "–" : ms(r.wait_p50_s)), "n"],
+    ["wait p99", (r) => (r.wait_p99_s == null ? "–" : ms(r.wait_p99_s)), "n"],
+  ], q.flows, "nothing has queued"));
+}
+
 async function refreshFleet() {
   const [fleet, breakEven] = await Promise.all([api("/admin/fleet"), api("/admin/break-even")]);
   renderBackends(fleet.backends);
+  renderQueue(fleet.queue);
   renderAcceptance(fleet.acceptance);
   renderBreakEven(breakEven.pools);
 }

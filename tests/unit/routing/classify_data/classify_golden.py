@@ -1,7 +1,7 @@
 """What the classifier decided on a fixed corpus, to hold its speed-ups to the same answers.
 
 The corpus: every evaluation sample (as written, with CRLF line ends, and with its last user
-turn fenced as code), then production-shaped prompts (``loadtests/production_prompts.py``:
+turn fenced as code), then production-shaped prompts (``loadtests/tools/production_prompts.py``:
 chat, code and retrieval at 1-4k tokens, from fixed seeds), classified under four
 configurations. Each classification (label, reason, overridden flag and every feature, in
 order) is reduced to an 8-hex-digit digest; ``classify_golden.json`` holds the digests
@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from loadtests.production_prompts import PRODUCTION_MAKERS
+from loadtests.tools.production_prompts import PRODUCTION_MAKERS
 from proxy.routing.classify import Classification, Classifier, ClassifierConfig
 from tests.unit.routing.classify_data.classify_eval_holdout3 import HOLDOUT3
 

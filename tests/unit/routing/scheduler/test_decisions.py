@@ -247,6 +247,8 @@ class PerBackendScorer:
 
 
 HERE = "tests.unit.routing.scheduler.test_decisions"
+# The deployment's setting that lets policies name this module's plugins.
+OWN = (HERE,)
 
 
 def test_a_deployments_own_plugins_decide_and_explain() -> None:
@@ -255,7 +257,7 @@ def test_a_deployments_own_plugins_decide_and_explain() -> None:
         "picker": {"type": f"{HERE}:LastNamePicker"},
     }
     s = healthy_scheduler(
-        make_policy(backend("a", "plain"), backend("b", "plain"), routing=routing)
+        make_policy(backend("a", "plain"), backend("b", "plain"), routing=routing), OWN
     )
     s.fleet.backends["b"].others_inflight = 200  # the load scorer prefers a; the picker b
     decision = s.schedule(RequestInfo("m", "chat"))
@@ -288,8 +290,10 @@ def test_the_break_even_state_moves_only_where_a_scorer_reads_it(
     recompute."""
     policy = make_policy(backend("p", "plain"), backend("n", "ngram", "ngram", 4), routing=routing)
     for cached in (True, False):
-        s = healthy_scheduler(policy)
-        s = Scheduler(policy, s.fleet, s.acceptance, s.break_even, cache=cached)
+        s = healthy_scheduler(policy, OWN)
+        s = Scheduler(
+            policy, s.fleet, s.acceptance, s.break_even, cache=cached, plugin_modules=OWN
+        )
         ngram = s.fleet.backends["n"]
         ngram.others_inflight = 200  # past any break-even, within its capacity
         s.schedule(RequestInfo("m", "chat"))
@@ -316,7 +320,7 @@ def test_prompt_chunks_are_hashed_before_deciding_only_where_routing_may_read_th
     and pickers do not."""
     sections = {"routing": routing} if routing else {}
     policy = make_policy(backend("a", "plain"), **sections)
-    s = healthy_scheduler(policy)
+    s = healthy_scheduler(policy, OWN)
     assert s.reads_prompt_chunks is reads
     s.apply_policy(make_policy(backend("a", "plain"), routing={"scorers": [{"type": "load"}]}))
     assert s.reads_prompt_chunks is False  # follows the policy in force
@@ -325,12 +329,13 @@ def test_prompt_chunks_are_hashed_before_deciding_only_where_routing_may_read_th
 def test_a_plugin_missing_its_protocol_is_refused() -> None:
     routing = {"scorers": [{"type": f"{HERE}:PerBackendScorer"}]}
     with pytest.raises(PluginError, match="Scorer protocol"):
-        Scheduler.build_profile(make_policy(backend("a", "plain"), routing=routing))
+        Scheduler.build_profile(make_policy(backend("a", "plain"), routing=routing), OWN)
     with pytest.raises(PluginError, match="Picker protocol"):
         Scheduler.build_profile(
             make_policy(
                 backend("a", "plain"), routing={"picker": {"type": f"{HERE}:ConstantScorer"}}
-            )
+            ),
+            OWN,
         )
 
 

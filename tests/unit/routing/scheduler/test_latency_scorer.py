@@ -293,6 +293,7 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
                 "wait_weight": 8,
                 "tail_weight": 64,
                 "tail_from": 0.1,
+                "prefix_cache": True,
             },
         )
     ]
@@ -307,6 +308,39 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
         s.fleet.backends[name].prefill_pending = 20_000
     decision = s.schedule(request)
     assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
+
+
+def test_the_shipped_default_keeps_a_conversation_on_its_engine_while_the_queue_allows() -> (
+    None
+):
+    """policies/default.yaml reads the prefix cache: a conversation's next turn (the same
+    leading messages, one more) goes to the engine that served the turns before, not to
+    the one an unknown prompt of its size would take, until a prefill queue there outweighs
+    the cached share."""
+    path = Path(__file__).resolve().parents[4] / "policies" / "default.yaml"
+    s = healthy_scheduler(load_policy(path))
+    index = PrefixIndex()
+    s.prefix = index
+    assert s.reads_prompt_chunks
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + "w " * 3000}
+        for i in range(6)
+    ]
+    index.record(prompt_chunks({"messages": turns}), "plain-0")
+    follow_up = {"messages": [*turns, {"role": "user", "content": "and then?"}]}
+    chunks = prompt_chunks(follow_up)
+    size = len(str(follow_up))
+    request = RequestInfo("llama-3.1-8b", "chat", prompt_bytes=size, max_tokens=200,
+                          prefix_chunks=chunks)  # fmt: skip
+    unknown = RequestInfo("llama-3.1-8b", "chat", prompt_bytes=size, max_tokens=200)
+    elsewhere = s.schedule(unknown).chosen
+    assert elsewhere is not None and elsewhere.backend.name != "plain-0"
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
+    assert "prompt tok cached" in s.reason(decision).text
+    s.fleet.backends["plain-0"].prefill_pending = 200_000
+    decision = s.schedule(request)
+    assert decision.chosen is not None and decision.chosen.backend.name != "plain-0"
 
 
 def test_the_models_terms_are_recomputed_off_the_request_path() -> None:

@@ -1,4 +1,5 @@
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -89,14 +90,37 @@ def test_import_string_plugins_and_bad_types() -> None:
     policy = mixed_fleet(
         routing={"picker": {"type": "proxy.routing.scheduler.pickers:RoundRobinPicker"}}
     )
-    s = healthy_scheduler(policy)
+    s = healthy_scheduler(policy, plugin_modules=("proxy.routing.scheduler.pickers",))
     assert len({chosen(s) for _ in range(3)}) == 3
+    # A package entry (ending in ".") allows the modules inside it.
+    Scheduler.build_profile(policy, ("proxy.routing.",))
     with pytest.raises(PluginError):
         Scheduler.build_profile(mixed_fleet(routing={"scorers": [{"type": "nope"}]}))
     with pytest.raises(PluginError, match="bad params"):
         Scheduler.build_profile(
             mixed_fleet(routing={"scorers": [{"type": "load", "params": {"typo": 1}}]})
         )
+
+
+def test_a_policy_names_only_plugins_from_the_listed_modules(tmp_path: Path) -> None:
+    """Building a plugin calls what the policy names with the policy's params: an unlisted
+    module is refused before it is imported, so a policy edit cannot run code of its
+    choosing (``subprocess:getoutput`` with ``{cmd: ...}`` ran the command once)."""
+    marker = tmp_path / "ran"
+    evil = mixed_fleet(
+        routing={
+            "scorers": [{"type": "subprocess:getoutput", "params": {"cmd": f"touch {marker}"}}]
+        }
+    )
+    for modules in ((), ("proxy.",), ("subprocess.",), ("sub",)):
+        with pytest.raises(PluginError, match="plugin_modules"):
+            Scheduler.build_profile(evil, modules)
+    assert not marker.exists()
+    picker = mixed_fleet(
+        routing={"picker": {"type": "proxy.routing.scheduler.pickers:RoundRobinPicker"}}
+    )
+    with pytest.raises(PluginError, match="not in the plugin_modules setting"):
+        healthy_scheduler(picker)
 
 
 def test_batch_scoring_equals_per_backend_scoring() -> None:

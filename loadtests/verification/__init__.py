@@ -1,0 +1,1 @@
+"""Verification benchmarks: what shadow verification costs the users it samples."""

@@ -1,0 +1,22 @@
+"""The engines a backend may run (vLLM, SGLang, TensorRT-LLM) and what differs between them.
+
+``engine_profile(name)`` gives one engine's :class:`EngineProfile`: its metrics endpoint and
+parser (``vllm``/``sglang``/``trtllm`` modules, each reading its engine's names into one
+:class:`EngineReading` in vLLM's units), its cheap health probe and its API quirks.
+``openai_error`` rewrites an engine's error body into OpenAI's shape (``relayed_error``: where
+the engine needs it).
+"""
+
+from proxy.engines.base import EngineReading, MetricsParser
+from proxy.engines.errors import openai_error
+from proxy.engines.profiles import PROFILES, EngineProfile, engine_profile, relayed_error
+
+__all__ = [
+    "PROFILES",
+    "EngineProfile",
+    "EngineReading",
+    "MetricsParser",
+    "engine_profile",
+    "openai_error",
+    "relayed_error",
+]

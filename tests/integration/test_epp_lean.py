@@ -1,0 +1,149 @@
+"""The picker behind a real Envoy in the lean configuration (response bodies kept out of the
+picker, each response's end reported by Envoy's gRPC access log): requests are served and
+accounted, and the picker's counts return to zero only once the access log says the
+response is over, whether it was whole or the client left."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from proxy.epp.ledger import EndLedger
+from proxy.routing.fleet import BackendState
+from proxy.sim.config import SimConfig
+from proxy.sim.server import SimServer, run_sim_in_thread
+from tests.envoy_rig import EnvoyHandle
+from tests.epp_rig import envoy_for, run_picker
+from tests.gateway_rig import GatewayHandle, sim_backend, write_policy
+
+MODEL = "sim-llama-8b"
+CHAT = [{"role": "user", "content": "Tell me a long story."}]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with run_sim_in_thread(SimConfig()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def picker(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
+    folder = tmp_path_factory.mktemp("lean")
+    policy = write_policy(folder / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]})
+    with run_picker(policy) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def envoy(picker: GatewayHandle) -> Iterator[EnvoyHandle]:
+    with envoy_for(picker) as handle:
+        yield handle
+
+
+def _backend(picker: GatewayHandle) -> BackendState:
+    backend: BackendState = picker.app.state.gateway.runtime.fleet.backends["b"]
+    return backend
+
+
+def _ledger(picker: GatewayHandle) -> EndLedger:
+    ledger: EndLedger = picker.app.state.picker.servers.ledger
+    return ledger
+
+
+def test_a_stream_is_released_by_the_access_log(picker: GatewayHandle, envoy: EnvoyHandle) -> None:
+    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
+    stream = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=40, stream=True)
+    chunks = 0
+    for _ in stream:
+        chunks += 1
+        if chunks == 3:
+            # Mid-stream: Envoy closed the ext_proc stream after the response headers, but
+            # the request still counts on its backend, waiting for its end in the log.
+            assert _backend(picker).local_inflight == 1
+            assert len(_ledger(picker)) == 1
+    assert chunks > 10
+    picker.wait_for(lambda: _backend(picker).local_inflight == 0, 10, "the access log's entry")
+    assert len(_ledger(picker)) == 0
+    assert _backend(picker).prefill_pending == 0
+    # The response headers still pass the picker: its own headers are added.
+    reply = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=CHAT, max_tokens=3
+    )
+    assert reply.headers["x-specroute-backend"] == "b"
+    picker.wait_for(lambda: _backend(picker).local_inflight == 0, 10, "the unary's end")
+
+
+def test_a_client_that_leaves_is_released(picker: GatewayHandle, envoy: EnvoyHandle) -> None:
+    body = {"model": MODEL, "messages": CHAT, "max_tokens": 2000, "stream": True}
+    body["ignore_eos"] = True
+    url = envoy.url + "/v1/chat/completions"
+    with httpx.Client(timeout=10) as client, client.stream("POST", url, json=body) as response:
+        assert response.status_code == 200
+        for _ in response.iter_raw():
+            break
+        assert _backend(picker).local_inflight == 1
+    picker.wait_for(lambda: _backend(picker).local_inflight == 0, 10, "the client gone, logged")
+    assert len(_ledger(picker)) == 0
+
+
+def _counted(picker: GatewayHandle, family_name: str) -> float:
+    """A counter's total (``_total``) or a histogram's count, over every label set."""
+    return sum(
+        sample.value
+        for family in picker.runtime.metrics.registry.collect()
+        if family.name == family_name
+        for sample in family.samples
+        if sample.name.endswith(("_total", "_count"))
+    )
+
+
+def test_a_sampled_response_passes_the_picker_and_teaches_what_others_cannot(
+    picker: GatewayHandle, envoy: EnvoyHandle
+) -> None:
+    brain = picker.app.state.picker.brain
+    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
+    before = (
+        _counted(picker, "specroute_ttft_seconds"),
+        _counted(picker, "specroute_completion_tokens"),
+    )
+    requests = _counted(picker, "specroute_requests")
+    saved = brain.sample_every
+    try:
+        # Not sampled: served whole, but no timings and no tokens reach the listeners;
+        # the request itself is counted (specroute_requests_total, as every other one).
+        brain.sample_every = 10**9
+        assert list(client.chat.completions.create(model=MODEL, messages=CHAT, stream=True))
+        picker.wait_for(lambda: _backend(picker).local_inflight == 0, 10, "its end")
+        assert (
+            _counted(picker, "specroute_ttft_seconds"),
+            _counted(picker, "specroute_completion_tokens"),
+        ) == before
+        picker.wait_for(
+            lambda: _counted(picker, "specroute_requests") == requests + 1, 10, "it counted"
+        )
+        # Sampled: a copy through the reading filter, and the listeners learn from it (its
+        # first token's time, and the usage its client asked for).
+        brain.sample_every = 1
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=CHAT,
+                max_tokens=7,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+    finally:
+        brain.sample_every = saved
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 7
+    picker.wait_for(
+        lambda: _counted(picker, "specroute_completion_tokens") == before[1] + 7,
+        10,
+        "the sampled response's tokens",
+    )
+    assert _counted(picker, "specroute_ttft_seconds") == before[0] + 1
+    assert _backend(picker).local_inflight == 0 and len(_ledger(picker)) == 0
