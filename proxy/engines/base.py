@@ -47,6 +47,56 @@ class MetricsParser(Protocol):
     def parse(self, text: str, k: int) -> EngineReading: ...
 
 
+@dataclass(frozen=True, slots=True)
+class SummedNames:
+    """A :class:`MetricsParser` for engines whose metrics map one name to one field of the
+    reading, each summed over its label sets (vLLM's, one per engine core under data
+    parallelism; TensorRT-LLM's, one executor per server). ``per_position`` is the name of
+    the accepted tokens per draft position and its position label. Without a counter of
+    verification steps (``drafts`` None), every step is taken to draft ``k`` tokens."""
+
+    running: str
+    waiting: str
+    kv_usage: tuple[str, ...]
+    prefix_queries: str
+    prefix_hits: str
+    draft_tokens: str
+    accepted: str
+    per_position: tuple[str, str]
+    drafts: str | None = None
+
+    def parse(self, text: str, k: int) -> EngineReading:
+        reading = EngineReading()
+        position_name, position_label = self.per_position
+        for name, sample in samples(text):
+            value = sample.value
+            if name == self.running:
+                reading.running += value
+            elif name == self.waiting:
+                reading.waiting += value
+            elif name in self.kv_usage:
+                reading.kv_usage += value
+            elif name == self.prefix_queries:
+                reading.prefix_queries = (reading.prefix_queries or 0.0) + value
+            elif name == self.prefix_hits:
+                reading.prefix_hits = (reading.prefix_hits or 0.0) + value
+            elif name == self.drafts:
+                reading.drafts += value
+                reading.speculative = True
+            elif name == self.draft_tokens:
+                reading.draft_tokens += value
+                reading.speculative = True
+            elif name == self.accepted:
+                reading.accepted += value
+                reading.speculative = True
+            elif name == position_name:
+                pos = int(sample.labels.get(position_label, "0") or 0)
+                reading.per_position[pos] = reading.per_position.get(pos, 0.0) + value
+        if self.drafts is None and reading.speculative and k > 0:
+            reading.drafts = reading.draft_tokens / k
+        return reading
+
+
 def samples(text: str) -> Iterator[tuple[str, Sample]]:
     """Every sample of a Prometheus text exposition, by name without ``_total``.
 

@@ -11,8 +11,8 @@ from types import MappingProxyType
 from proxy.engines.base import MetricsParser
 from proxy.engines.errors import openai_error
 from proxy.engines.sglang import SglangMetrics
-from proxy.engines.trtllm import TrtllmMetrics
-from proxy.engines.vllm import VllmMetrics
+from proxy.engines.trtllm import TRTLLM_METRICS
+from proxy.engines.vllm import VLLM_METRICS
 from proxy.policy.schema import EngineName
 
 
@@ -38,7 +38,7 @@ PROFILES: Mapping[str, EngineProfile] = MappingProxyType(
             name="vllm",
             metrics_path="/metrics",
             health_path="/health",
-            metrics=VllmMetrics(),
+            metrics=VLLM_METRICS,
             openai_errors=True,
             continues_chat=True,
         ),
@@ -66,7 +66,7 @@ PROFILES: Mapping[str, EngineProfile] = MappingProxyType(
             name="trtllm",
             metrics_path="/prometheus/metrics",
             health_path="/health",
-            metrics=TrtllmMetrics(),
+            metrics=TRTLLM_METRICS,
             openai_errors=False,
             continues_chat=False,
         ),

@@ -21,43 +21,16 @@ Labels are ``model_name`` and ``engine_type``: one executor per server, summed f
 
 from __future__ import annotations
 
-from proxy.engines.base import EngineReading, samples
+from proxy.engines.base import SummedNames
 
-_RUNNING = "trtllm_num_requests_running"
-_WAITING = "trtllm_num_requests_waiting"
-_KV = "trtllm_kv_cache_utilization"
-_DRAFT_TOKENS = "trtllm_spec_decode_num_draft_tokens"
-_ACCEPTED = "trtllm_spec_decode_num_accepted_tokens"
-_PER_POS = "trtllm_spec_decode_accepted_tokens"
-_PROMPT = "trtllm_prompt_tokens"
-_CACHED = "trtllm_prompt_cached_tokens"
-
-
-class TrtllmMetrics:
-    def parse(self, text: str, k: int) -> EngineReading:
-        reading = EngineReading()
-        for name, sample in samples(text):
-            value = sample.value
-            if name == _RUNNING:
-                reading.running += value
-            elif name == _WAITING:
-                reading.waiting += value
-            elif name == _KV:
-                reading.kv_usage += value
-            elif name == _PROMPT:
-                reading.prefix_queries = (reading.prefix_queries or 0.0) + value
-            elif name == _CACHED:
-                reading.prefix_hits = (reading.prefix_hits or 0.0) + value
-            elif name == _DRAFT_TOKENS:
-                reading.draft_tokens += value
-                reading.speculative = True
-            elif name == _ACCEPTED:
-                reading.accepted += value
-                reading.speculative = True
-            elif name == _PER_POS:
-                pos = int(sample.labels.get("token_position", "0") or 0)
-                reading.per_position[pos] = reading.per_position.get(pos, 0.0) + value
-        if reading.speculative and k > 0:
-            # No counter of verification steps: every step drafts k tokens.
-            reading.drafts = reading.draft_tokens / k
-        return reading
+# No counter of verification steps: every step drafts k tokens (``SummedNames``).
+TRTLLM_METRICS = SummedNames(
+    running="trtllm_num_requests_running",
+    waiting="trtllm_num_requests_waiting",
+    kv_usage=("trtllm_kv_cache_utilization",),
+    prefix_queries="trtllm_prompt_tokens",
+    prefix_hits="trtllm_prompt_cached_tokens",
+    draft_tokens="trtllm_spec_decode_num_draft_tokens",
+    accepted="trtllm_spec_decode_num_accepted_tokens",
+    per_position=("trtllm_spec_decode_accepted_tokens", "token_position"),
+)

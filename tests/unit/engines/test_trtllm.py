@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.engines.trtllm import TrtllmMetrics
+from proxy.engines.trtllm import TRTLLM_METRICS
 from proxy.policy import BackendSpec, Speculation
 from proxy.routing.fleet import BackendState
 from proxy.routing.scrape import update_from_metrics
@@ -43,14 +43,14 @@ def exposition(drafted: float | None, accepted: float = 0.0) -> str:
 
 
 def test_load_and_prefix_counters() -> None:
-    reading = TrtllmMetrics().parse(exposition(None), k=4)
+    reading = TRTLLM_METRICS.parse(exposition(None), k=4)
     assert (reading.running, reading.waiting, reading.kv_usage) == (6.0, 1.0, 0.625)
     assert (reading.prefix_queries, reading.prefix_hits) == (2048.0, 512.0)
     assert not reading.speculative
 
 
 def test_spec_counters() -> None:
-    reading = TrtllmMetrics().parse(exposition(400, 120), k=4)
+    reading = TRTLLM_METRICS.parse(exposition(400, 120), k=4)
     assert reading.speculative
     assert (reading.draft_tokens, reading.accepted, reading.drafts) == (400, 120, 100)
     assert reading.per_position == {0: 30.0, 1: 10.0}
