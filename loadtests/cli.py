@@ -34,6 +34,10 @@ BENCHMARKS = {
         "user latency with shadow rate 1.0 vs 0.0",
     ),
     "overhead": ("loadtests.relay.overhead", "gateway relay overhead vs a minimal pass-through"),
+    "picker-floor": (
+        "loadtests.relay.picker_floor",
+        "what the picker's gRPC transport alone adds to TTFT (grpc.aio vs thread pool)",
+    ),
     "picker-overhead": (
         "loadtests.relay.picker_overhead",
         "Envoy + the endpoint picker vs Envoy alone, specroute serve and vllm-router",
@@ -42,6 +46,10 @@ BENCHMARKS = {
     "break-even-stability": (
         "loadtests.routing.break_even_stability",
         "the learned break-even over runs of one load: how far it wanders",
+    ),
+    "defaults-matrix": (
+        "loadtests.planning.defaults_matrix",
+        "issue 40's matrix: 3 traces x 3 loads, 4 contenders, targets judged",
     ),
     "sim-tpot-curves": ("loadtests.routing.sim_tpot_curves", "simulator TPOT over concurrency"),
     "store-latency": ("loadtests.relay.store_latency", "shared-store operation latency"),

@@ -105,7 +105,14 @@ async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -
         "routing": {
             "filters": [
                 {"type": kind}
-                for kind in ("model", "healthy", "quarantine", "capacity", "acceptance_floor")
+                for kind in (
+                    "model",
+                    "healthy",
+                    "quarantine",
+                    "canary",
+                    "capacity",
+                    "acceptance_floor",
+                )
             ],
             "scorers": [
                 {

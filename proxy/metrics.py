@@ -238,6 +238,15 @@ class GatewayMetrics:
             ["model", "source"],
             registry=r,
         )
+        # The requests the gateway itself sends to a backend (replays of shadow samples and
+        # controls on the reference), which specroute_requests_total does not count: with it,
+        # an engine's own finished-request count is the gateway's to the request.
+        self.shadow_replays = Counter(
+            "specroute_shadow_replays",
+            "Shadow and control replays a reference backend answered (200)",
+            ["backend"],
+            registry=r,
+        )
         self.shadow_dropped = Counter(
             "specroute_shadow_dropped",
             "Shadow samples dropped (queue_full; overload: not taken after a refusal for overload)",

@@ -46,6 +46,13 @@ class EnvoyHandle:
     admin_url: str
     config: dict[str, Any]
     log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def kill(self) -> None:
+        """SIGKILL: Envoy dies as a crashed pod does, its connections cut."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
 
     def stats(self, prefix: str = "") -> dict[str, int]:
         text = httpx.get(f"{self.admin_url}/stats", params={"filter": prefix}, timeout=5).text
@@ -86,16 +93,24 @@ def render(
     pool: list[int] | None = None,
     edit: Callable[[dict[str, Any]], None] | None = None,
     full_duplex: bool = False,
+    health_port: int | None = None,
 ) -> dict[str, Any]:
     """deploy/envoy/envoy.yaml with the test's ports (all on 127.0.0.1); ``full_duplex``:
     the picker's filter as other gateways configure it (every response chunk through the
-    picker, no access log), instead of the shipped lean configuration."""
+    picker, no access log), instead of the shipped lean configuration. ``health_port``:
+    the picker's gRPC health port, which Envoy checks (``/ready`` follows it); without
+    it, no health check (the picker counts as healthy)."""
     config: dict[str, Any] = copy.deepcopy(yaml.safe_load(ENVOY_YAML.read_text()))
     config["admin"]["address"]["socket_address"].update(address="127.0.0.1", port_value=admin_port)
     listener = config["static_resources"]["listeners"][0]["address"]["socket_address"]
     listener.update(address="127.0.0.1", port_value=listen_port)
     epp = _cluster(config, "epp")["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
     epp["endpoint"]["address"]["socket_address"].update(address="127.0.0.1", port_value=picker_port)
+    if health_port is not None:
+        epp["endpoint"]["health_check_config"]["port_value"] = health_port
+    else:
+        del epp["endpoint"]["health_check_config"]
+        del _cluster(config, "epp")["health_checks"]
     if failure_mode_allow is not None:
         _filter(config, "envoy.filters.http.ext_proc")["failure_mode_allow"] = failure_mode_allow
     if pool is not None:
@@ -123,6 +138,7 @@ def run_envoy(
     edit: Callable[[dict[str, Any]], None] | None = None,
     full_duplex: bool = False,
     log_level: str = "warn",
+    health_port: int | None = None,
 ) -> Iterator[EnvoyHandle]:
     """Envoy on free ports in front of the picker at ``127.0.0.1:picker_port``; ready when
     its admin ``/ready`` says LIVE. ``pool``: route to the override_host cluster with these
@@ -136,6 +152,7 @@ def run_envoy(
         pool=pool,
         edit=edit,
         full_duplex=full_duplex,
+        health_port=health_port,
     )
     with tempfile.TemporaryDirectory(prefix="envoy-") as tmp:
         path = Path(tmp) / "envoy.yaml"
@@ -163,6 +180,7 @@ def run_envoy(
                 f"http://127.0.0.1:{admin_port}",
                 config,
                 log_path,
+                proc,
             )
             try:
                 _wait_ready(proc, handle)

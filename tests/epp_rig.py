@@ -34,5 +34,7 @@ def run_picker(policy: Path, **settings: Any) -> Iterator[GatewayHandle]:
 @contextlib.contextmanager
 def envoy_for(picker: GatewayHandle, **options: Any) -> Iterator[EnvoyHandle]:
     """Envoy (deploy/envoy/envoy.yaml) in front of ``picker``."""
-    with run_envoy(picker.app.state.settings.grpc_port, **options) as handle:
+    settings = picker.app.state.settings
+    options.setdefault("health_port", settings.health_port)
+    with run_envoy(settings.grpc_port, **options) as handle:
         yield handle

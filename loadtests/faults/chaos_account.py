@@ -81,6 +81,13 @@ def why(result: Result, lines: Sequence[str], budget: Budget) -> str:
         )
     if code == "upstream_status" or (detail.startswith("HTTP 5") and code is None):
         return f"every backend tried answered 5xx, passed on as the last one's ({statuses})"
+    if code == "picker_unavailable":
+        return (
+            f"the replica's picker was down (Envoy fails closed: 500) on each of the "
+            f"client's tries ({statuses}), before its readiness probe took it out"
+        )
+    if code == "upstream_error":
+        return f"Envoy's own upstream error on each of the client's tries ({statuses}): {result.error_message}"
     if code == "no_healthy_backend":
         return f"no healthy backend left to try ({statuses})"
     if detail.startswith("error event"):

@@ -24,11 +24,13 @@ How a request ended (:class:`Ending`):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+import aiohttp
 import httpx2
 import openai
 from openai import AsyncOpenAI
@@ -89,7 +91,9 @@ class _TappedStream(httpx2.AsyncByteStream):
 
 class ReplicaTransport(httpx2.AsyncBaseTransport):
     """Each attempt to the next live replica; a replica refusing connections sits out
-    ``down_s``; every response body tapped under the request's ``x-chaos-id``."""
+    ``down_s``, and one whose readiness fails (:meth:`follow_readiness`, as a load
+    balancer's probe) sits out until it passes again; every response body tapped under the
+    request's ``x-chaos-id``."""
 
     def __init__(self, urls: Sequence[str], down_s: float = 3.0, pool: int = 1024) -> None:
         self.urls = [httpx2.URL(u) for u in urls]
@@ -102,13 +106,16 @@ class ReplicaTransport(httpx2.AsyncBaseTransport):
         # Per request: what each HTTP attempt got (status, or the exception's name).
         self.attempts: dict[str, list[str]] = {}
         self.failovers = 0
+        # Replicas whose readiness probe fails, and how many times one was taken out.
+        self._unready: set[int] = set()
+        self.unready_marks = 0
 
     def _pick(self) -> int:
         now = time.monotonic()
         for _ in range(len(self.urls)):
             index = self._next % len(self.urls)
             self._next += 1
-            if self._down_until[index] <= now:
+            if self._down_until[index] <= now and index not in self._unready:
                 return index
         # All marked down: the one whose mark ends first.
         return min(range(len(self.urls)), key=self._down_until.__getitem__)
@@ -138,6 +145,27 @@ class ReplicaTransport(httpx2.AsyncBaseTransport):
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             response.stream = _TappedStream(response.stream, tap)
         return response
+
+    async def follow_readiness(
+        self, ready_urls: Sequence[str], stop: asyncio.Event, every_s: float = 0.5
+    ) -> None:
+        """Probe each replica's readiness every ``every_s`` until ``stop``, as a load
+        balancer (or Kubernetes' endpoints, from readiness probes) does."""
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while not stop.is_set():
+                for index, url in enumerate(ready_urls):
+                    ready = False
+                    with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                        async with session.get(url) as resp:
+                            ready = resp.status == 200
+                    if ready:
+                        self._unready.discard(index)
+                    elif index not in self._unready:
+                        self._unready.add(index)
+                        self.unready_marks += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), every_s)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

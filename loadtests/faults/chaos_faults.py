@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from loadtests.faults.chaos_rig import Backends, Gateways, RedisProcess
+from loadtests.faults.chaos_rig import Backends, PickerFaces, RedisProcess, Replicas
 
 
 @dataclass(slots=True)
@@ -23,7 +23,7 @@ class Rig:
 
     redis: RedisProcess
     backends: Backends
-    gateways: Gateways
+    gateways: Replicas
     policy: dict[str, Any]
     leave_share: float = 0.0  # the disconnect storm: share of streams the client leaves
     events: list[str] = field(default_factory=list)
@@ -44,7 +44,7 @@ async def _busiest_backend(rig: Rig) -> str:
     with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError, KeyError):
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(rig.gateways.urls[0] + "/admin/fleet") as resp,
+            session.get(rig.gateways.admin_urls[0] + "/admin/fleet") as resp,
         ):
             rows = (await resp.json())["backends"]
             return str(max(rows, key=lambda r: r["inflight"])["name"])
@@ -113,7 +113,8 @@ async def policy_reload(rig: Rig, seconds: float) -> None:
             if n % 2 == 0:
                 rig.gateways.write_policy(policy)
             else:
-                url = rig.gateways.urls[n // 2 % len(rig.gateways.urls)] + "/admin/policy"
+                admin = rig.gateways.admin_urls
+                url = admin[n // 2 % len(admin)] + "/admin/policy"
                 with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
                     async with session.put(url, data=yaml.safe_dump(policy)) as resp:
                         if resp.status != 200:
@@ -129,6 +130,20 @@ async def gateway_kill(rig: Rig, seconds: float) -> None:
     await asyncio.sleep(seconds * 0.6)
     await rig.gateways.restart(1)
     rig.note("gateway replica 1 restarted")
+
+
+async def envoy_kill(rig: Rig, seconds: float) -> None:
+    """Envoy in front of picker 1 SIGKILLed (the picker face only): its clients' open
+    streams break and their resends, like new requests, go to the other replica."""
+    faces = rig.gateways
+    if not isinstance(faces, PickerFaces):
+        raise TypeError("envoy-kill needs the picker face (--face envoy)")
+    await asyncio.sleep(min(1.0, seconds / 4))
+    faces.kill_envoy(1)
+    rig.note("SIGKILL Envoy of replica 1")
+    await asyncio.sleep(seconds * 0.6)
+    await faces.restart_envoy(1)
+    rig.note("Envoy of replica 1 restarted")
 
 
 async def disconnect_storm(rig: Rig, seconds: float) -> None:
@@ -158,6 +173,7 @@ FAULTS: dict[str, Fault] = {
     "redis-restart": redis_restart,
     "policy-reload-1s": policy_reload,
     "gateway-kill": gateway_kill,
+    "envoy-kill": envoy_kill,
     "disconnect-storm": disconnect_storm,
     "everything": everything,
 }

@@ -1,5 +1,6 @@
 """The processes a chaos run breaks: a redis-server, one simulator process per backend and
-two ``specroute serve`` replicas, each killable with SIGKILL and restartable on its port.
+two replicas of the gateway, each killable with SIGKILL and restartable on its port: two
+``specroute serve`` processes, or two ``specroute epp`` pickers each behind an Envoy.
 
 Every backend runs in a process of its own (``python -m loadtests.tools.sim_host`` with one
 ``--sim``) so that killing one kills only that engine, mid-stream, as a crashed vLLM would.
@@ -25,6 +26,7 @@ import orjson
 import redis
 import yaml
 
+from loadtests.tools.envoy_face import envoy_config, start_envoy
 from loadtests.tools.processes import (
     HOST,
     Service,
@@ -129,12 +131,16 @@ class Backends:
     def url(self, name: str) -> str:
         return f"http://{HOST}:{self.ports[name]}"
 
+    @property
+    def profile_path(self) -> Path:
+        """The engines' step costs (the default profile scaled by ``time_scale``)."""
+        return self.workdir / "profile.json"
+
     def policy(self) -> list[dict[str, Any]]:
         return policy_backends(self.specs, self.url, MODEL)
 
     async def start(self) -> None:
-        profile = self.workdir / "profile.json"
-        profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale)))
+        self.profile_path.write_bytes(orjson.dumps(scaled_profile(self.time_scale)))
         self.ports = {s.name: free_port() for s in self.specs}
         await asyncio.gather(*(self.restart(s.name) for s in self.specs))
 
@@ -142,7 +148,7 @@ class Backends:
         spec = next(s for s in self.specs if s.name == name)
         port = self.ports[name]
         sim = f"{spec.name}:{spec.method}:{spec.k}:{spec.seed}:{port}"
-        args = ["loadtests.tools.sim_host", "--profile", str(self.workdir / "profile.json")]
+        args = ["loadtests.tools.sim_host", "--profile", str(self.profile_path)]
         service = spawn(f"sim-{name}", [*args, "--model", MODEL, "--sim", sim], port)
         self.services[name] = service
         await wait_ready(service, "/health")
@@ -166,15 +172,18 @@ class Backends:
 
 
 @dataclass(slots=True)
-class Gateways:
-    """``specroute serve`` replicas on one policy file and one Redis."""
+class Replicas:
+    """What every face's replicas share: one policy file, one Redis, and the bookkeeping of
+    kills, crashes and logs. ``urls`` are where clients send; ``admin_urls`` where the
+    admin API and ``/metrics`` answer (the same process for ``serve``, the picker's HTTP
+    port behind Envoy)."""
 
     workdir: Path
     redis_url: str
     count: int = 2
     env: dict[str, str] = field(default_factory=lambda: dict(GATEWAY_ENV))
+    # The deciding process of each replica (the gateway, or the picker).
     services: list[Service] = field(default_factory=list)
-    ports: list[int] = field(default_factory=list)
     # Every process started, killed ones included (their logs are read at the end).
     history: list[Service] = field(default_factory=list)
     # Processes that ended without being killed on purpose (crashes), with their exit codes.
@@ -187,7 +196,17 @@ class Gateways:
 
     @property
     def urls(self) -> list[str]:
-        return [f"http://{HOST}:{port}" for port in self.ports]
+        return [s.url for s in self.services]
+
+    @property
+    def admin_urls(self) -> list[str]:
+        return [s.url for s in self.services]
+
+    @property
+    def ready_urls(self) -> list[str]:
+        """Each replica's readiness, as a load balancer probes it (``serve``'s ``/ready``;
+        behind Envoy, Envoy's ``/ready``, which follows its picker's health)."""
+        return [url + "/ready" for url in self.urls]
 
     def write_policy(self, policy: dict[str, Any]) -> None:
         # Written aside and renamed: a reader never sees half a file.
@@ -195,32 +214,27 @@ class Gateways:
         staged.write_text(yaml.safe_dump(policy, sort_keys=False))
         staged.replace(self.policy_path)
 
-    async def start(self) -> None:
-        self.ports = [free_port() for _ in range(self.count)]
-        self.services = [self._spawn(i) for i in range(self.count)]
-        await asyncio.gather(*(wait_ready(s, "/ready") for s in self.services))
-
-    def _spawn(self, index: int) -> Service:
-        port = self.ports[index]
-        args = ["proxy.cli", "serve", "--config", str(self.policy_path), "--port", str(port)]
-        args += ["--redis-url", self.redis_url, "--log-level", "info", "--access-log"]
-        with environ(**self.env):
-            service = spawn(f"gateway-{index}", args, port)
-        self.history.append(service)
-        return service
+    def _kill(self, service: Service) -> None:
+        self._killed.add(service.pid)
+        _sigkill(service.process)
 
     def kill(self, index: int) -> None:
-        process = self.services[index].process
-        self._killed.add(process.pid)
-        _sigkill(process)
+        """SIGKILL replica ``index``'s deciding process."""
+        self._kill(self.services[index])
+
+    async def start(self) -> None:
+        raise NotImplementedError
 
     async def restart(self, index: int) -> None:
-        self.services[index] = self._spawn(index)
-        await wait_ready(self.services[index], "/ready")
+        """Replica ``index``'s deciding process started again on its ports."""
+        raise NotImplementedError
+
+    def _running(self) -> list[Service]:
+        return list(self.services)
 
     def check_alive(self) -> None:
-        """Record replicas that died without being killed (crashes)."""
-        for service in self.services:
+        """Record processes that died without being killed (crashes)."""
+        for service in self._running():
             code = service.process.poll()
             if code is not None and service.pid not in self._killed:
                 self._killed.add(service.pid)
@@ -246,11 +260,115 @@ class Gateways:
         return found
 
     def stop(self) -> None:
-        """Stop every replica; their logs are kept in the work folder."""
+        """Stop every process; their logs are kept in the work folder."""
         for n, service in enumerate(self.history):
             with contextlib.suppress(OSError):
                 shutil.copyfile(service.log_path, self.workdir / f"{service.name}-{n}.log")
             service.stop()
+
+
+@dataclass(slots=True)
+class Gateways(Replicas):
+    """``specroute serve`` replicas on one policy file and one Redis."""
+
+    ports: list[int] = field(default_factory=list)
+
+    async def start(self) -> None:
+        self.ports = [free_port() for _ in range(self.count)]
+        self.services = [self._spawn(i) for i in range(self.count)]
+        await asyncio.gather(*(wait_ready(s, "/ready") for s in self.services))
+
+    def _spawn(self, index: int) -> Service:
+        port = self.ports[index]
+        args = ["proxy.cli", "serve", "--config", str(self.policy_path), "--port", str(port)]
+        args += ["--redis-url", self.redis_url, "--log-level", "info", "--access-log"]
+        with environ(**self.env):
+            service = spawn(f"gateway-{index}", args, port)
+        self.history.append(service)
+        return service
+
+    async def restart(self, index: int) -> None:
+        self.services[index] = self._spawn(index)
+        await wait_ready(self.services[index], "/ready")
+
+
+@dataclass(frozen=True, slots=True)
+class FacePorts:
+    """One picker replica's ports, kept across restarts (Envoy reconnects to the same)."""
+
+    listen: int
+    admin: int
+    grpc: int
+    http: int
+    health: int
+
+
+@dataclass(slots=True)
+class PickerFaces(Replicas):
+    """``specroute epp`` replicas, each behind an Envoy of its own (deploy/envoy/envoy.yaml,
+    the lean configuration), as a gateway pod beside its picker: clients send to Envoy,
+    the admin API answers on the picker's HTTP port. ``kill`` takes the picker down (the
+    replica's decider, as ``Gateways.kill`` takes the gateway); ``kill_envoy`` the data
+    plane. Envoy's route idle timeout is set to the gateways' first-byte timeout, so a
+    backend that never answers is given up on as ``serve`` gives it up."""
+
+    ports: list[FacePorts] = field(default_factory=list)
+    envoys: list[Service] = field(default_factory=list)
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://{HOST}:{p.listen}" for p in self.ports]
+
+    def _running(self) -> list[Service]:
+        return [*self.services, *self.envoys]
+
+    async def start(self) -> None:
+        self.ports = [
+            FacePorts(free_port(), free_port(), free_port(), free_port(), free_port())
+            for _ in range(self.count)
+        ]
+        self.services = [self._spawn_picker(i) for i in range(self.count)]
+        await asyncio.gather(*(wait_ready(s, "/ready") for s in self.services))
+        self.envoys = list(await asyncio.gather(*(self._start_envoy(i) for i in range(self.count))))
+
+    def _spawn_picker(self, index: int) -> Service:
+        ports = self.ports[index]
+        args = ["proxy.cli", "epp", "--config", str(self.policy_path), "--host", HOST]
+        args += ["--grpc-port", str(ports.grpc), "--health-port", str(ports.health)]
+        args += ["--http-port", str(ports.http), "--grpc-tls", "off"]
+        args += ["--redis-url", self.redis_url, "--log-level", "info"]
+        with environ(**self.env):
+            service = spawn(f"picker-{index}", args, ports.http)
+        self.history.append(service)
+        return service
+
+    async def _start_envoy(self, index: int) -> Service:
+        ports = self.ports[index]
+        config = envoy_config(
+            ports.listen, ports.admin, picker_port=ports.grpc, health_port=ports.health
+        )
+        idle = self.env.get("SPECROUTE_FIRST_BYTE_TIMEOUT_S", "60")
+        for route in _routes(config):
+            route["route"]["idle_timeout"] = f"{float(idle):g}s"
+        service = await start_envoy(f"envoy-{index}", config, self.workdir)
+        self.history.append(service)
+        return service
+
+    async def restart(self, index: int) -> None:
+        self.services[index] = self._spawn_picker(index)
+        await wait_ready(self.services[index], "/ready")
+
+    def kill_envoy(self, index: int) -> None:
+        self._kill(self.envoys[index])
+
+    async def restart_envoy(self, index: int) -> None:
+        self.envoys[index] = await self._start_envoy(index)
+
+
+def _routes(config: dict[str, Any]) -> list[dict[str, Any]]:
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    routes: list[dict[str, Any]] = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    return routes
 
 
 def _nth(text: str, needle: str, n: int) -> int:

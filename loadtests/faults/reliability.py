@@ -1,8 +1,9 @@
 """``specroute bench reliability-table``: the Reliability table of loadtests/README.md, from
 the saved reports of the last soak and chaos runs.
 
-It reads ``results.json`` of the newest ``loadtests/reports/soak-*`` and ``chaos-*`` folders
-(or the ones given), prints the table, and with ``--write`` puts it into the README between
+It reads ``results.json`` of the newest ``loadtests/reports/soak-*`` folder and of the newest
+``chaos-*`` folder of each face (``serve``, and ``envoy``: pickers behind Envoy), or the
+ones given, prints the table, and with ``--write`` puts it into the README between
 the ``<!-- reliability-table -->`` markers, so the figures there are always a run's own.
 The fuzz row points at its section: its figures come from the test suite, not a report.
 """
@@ -27,6 +28,15 @@ HEAD = ["check", "load held", "faults survived / inputs tried", "nothing lost", 
 def newest(benchmark: str) -> Path | None:
     found = sorted(REPORTS.glob(f"{benchmark}-*/results.json"))
     return found[-1].parent if found else None
+
+
+def newest_per_face() -> list[Path]:
+    """The newest chaos report of each face (a report before faces existed is ``serve``)."""
+    latest: dict[str, Path] = {}
+    for found in sorted(REPORTS.glob("chaos-*/results.json")):
+        face = load(found.parent)["shape"].get("face", "serve")
+        latest[face] = found.parent
+    return [latest[face] for face in sorted(latest, key=lambda f: f != "serve")]
 
 
 def load(folder: Path) -> dict[str, Any]:
@@ -61,13 +71,24 @@ def chaos_row(r: dict[str, Any], folder: Path) -> list[str]:
     faults = [f for f in r["windows"] if f != "baseline"]
     failures = r.get("failures", [])
     unexplained = sum(str(f["why"]).startswith("unexplained") for f in failures)
+    replicas = (
+        "2 pickers, each behind an Envoy"
+        if shape.get("face") == "envoy"
+        else "2 `specroute serve` replicas"
+    )
+    accounting = r.get("accounting_after")
+    counted = (
+        ""
+        if accounting is None
+        else f"; engine = replica counters after the faults: {accounting['equal']}"
+    )
     return [
         f"chaos, {shape['concurrency']} clients (`{folder.name}`)",
-        f"{total['requests']:,} streaming and unary SDK requests through 2 replicas",
+        f"{total['requests']:,} streaming and unary SDK requests through {replicas}",
         f"{len(faults)} fault windows: {', '.join(faults)}",
         f"{total['hung']} hung, {total['truncated']} truncated; {total['failed']} failed "
         f"visibly, each accounted ({unexplained} unexplained); in flight 0: "
-        f"{r['inflight_after']['all_zero']}",
+        f"{r['inflight_after']['all_zero']}{counted}",
         "PASS" if r["ok"] else "FAIL",
     ]
 
@@ -75,13 +96,12 @@ def chaos_row(r: dict[str, Any], folder: Path) -> list[str]:
 FUZZ_ROW = ["fuzz", "see Fuzz section", "see Fuzz section", "see Fuzz section", "see Fuzz section"]
 
 
-def render(soak: Path | None, chaos: Path | None) -> str:
+def render(soak: Path | None, chaos: Sequence[Path]) -> str:
     rows = []
     if soak is not None:
         # Judged again by today's rule (the verdicts saved with a run are its code's).
         rows.append(soak_row(judge(load(soak)), soak))
-    if chaos is not None:
-        rows.append(chaos_row(load(chaos), chaos))
+    rows.extend(chaos_row(load(folder), folder) for folder in chaos)
     rows.append(FUZZ_ROW)
     return table(HEAD, rows)
 
@@ -97,12 +117,14 @@ def write(readme: Path, text: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specroute bench reliability-table", description=__doc__)
     parser.add_argument("--soak", type=Path, default=None, help="a soak report folder")
-    parser.add_argument("--chaos", type=Path, default=None, help="a chaos report folder")
+    parser.add_argument(
+        "--chaos", type=Path, action="append", help="a chaos report folder (again for more)"
+    )
     parser.add_argument("--write", action="store_true", help=f"into {README.name}")
     args = parser.parse_args(argv)
     soak = args.soak or newest("soak")
-    chaos = args.chaos or newest("chaos")
-    if soak is None and chaos is None:
+    chaos = args.chaos or newest_per_face()
+    if soak is None and not chaos:
         parser.error(f"no soak or chaos report under {REPORTS}")
     text = render(soak, chaos)
     print(text)

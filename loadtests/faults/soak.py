@@ -44,9 +44,8 @@ import aiohttp
 import orjson
 import redis
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from loadtests.faults.chaos import _settled, running_rig
+from loadtests.faults.chaos import _settled, counters, running_rig
 from loadtests.faults.chaos_faults import Rig
 from loadtests.faults.chaos_rig import FLEET
 from loadtests.faults.soak_traffic import SoakClient, Tally, run_clients
@@ -240,41 +239,6 @@ def verdicts(
     return found
 
 
-async def counters(rig: Rig) -> dict[str, dict[str, float]]:
-    """Per backend: the engine's finished requests and the gateways' relayed ones."""
-    timeout = aiohttp.ClientTimeout(total=10)
-    engines: dict[str, float] = {}
-    gateway: dict[str, float] = {name: 0.0 for name in rig.backends.ports}
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        for name in rig.backends.ports:
-            text = await _get(session, rig.backends.url(name) + "/metrics")
-            engines[name] = _sum(text, "vllm:request_success")
-        for url in rig.gateways.urls:
-            text = await _get(session, url + "/metrics")
-            for family in text_string_to_metric_families(text):
-                if family.name != "specroute_requests":
-                    continue
-                for sample in family.samples:
-                    if sample.name.endswith("_total") and sample.labels["backend"] in gateway:
-                        gateway[sample.labels["backend"]] += sample.value
-    return {n: {"engine": engines[n], "gateway": gateway[n]} for n in engines}
-
-
-async def _get(session: aiohttp.ClientSession, url: str) -> str:
-    async with session.get(url) as resp:
-        return await resp.text()
-
-
-def _sum(text: str, family_name: str) -> float:
-    return sum(
-        s.value
-        for f in text_string_to_metric_families(text)
-        if f.name == family_name
-        for s in f.samples
-        if s.name.endswith("_total")
-    )
-
-
 async def reload_policy(rig: Rig, every_s: float, stop: asyncio.Event) -> int:
     """A new policy version every ``every_s``: the file rewritten, or PUT to a replica."""
     count = 0
@@ -289,7 +253,8 @@ async def reload_policy(rig: Rig, every_s: float, stop: asyncio.Event) -> int:
             if count % 2 == 0:
                 rig.gateways.write_policy(policy)
             else:
-                url = rig.gateways.urls[count // 2 % len(rig.gateways.urls)] + "/admin/policy"
+                admin = rig.gateways.admin_urls
+                url = admin[count // 2 % len(admin)] + "/admin/policy"
                 with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
                     async with session.put(url, data=yaml.safe_dump(policy)) as resp:
                         if resp.status != 200:
@@ -302,7 +267,7 @@ async def canary_state(rig: Rig) -> dict[str, Any]:
     with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(rig.gateways.urls[0] + "/admin/canary") as resp,
+            session.get(rig.gateways.admin_urls[0] + "/admin/canary") as resp,
         ):
             state = await resp.json()
             return {

@@ -37,8 +37,8 @@ import aiohttp
 import orjson
 
 from loadtests.relay.store_latency import redis_url
+from loadtests.routing.engine_view import engine_readings, pooled_prefix_cache
 from loadtests.routing.routing_policies import FLEET, build_policy
-from loadtests.routing.routing_quality import prefix_cache_counters, prefix_hit_rate
 from loadtests.tools.processes import environ
 from loadtests.tools.prompts import PromptFactory
 from loadtests.tools.shared_prompts import SHARED_MIX, shared_makers
@@ -111,13 +111,13 @@ async def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[s
                         await stack.enter_async_context(gateway(policy, workdir, f"gw-{n}", extra))
                         for n in "ab"
                     ]
-                before = await prefix_cache_counters(fleet)
+                before = await engine_readings(fleet)
                 makers = shared_makers(args.sessions, args.documents)
                 factory = PromptFactory(args.seed, SHARED_MIX, args.output_scale, makers)
                 ttfts, failed, took = await drive(
                     [r.url for r in replicas], factory, args.concurrency, args.duration
                 )
-                cache = prefix_hit_rate(before, await prefix_cache_counters(fleet))
+                cache = pooled_prefix_cache(before, await engine_readings(fleet))
     return {
         "mode": mode,
         "requests": len(ttfts),

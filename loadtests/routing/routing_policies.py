@@ -1,4 +1,5 @@
-"""The routing policies the routing-quality benchmark compares, on one simulated fleet.
+"""The routing policies the routing-quality benchmark compares, on one simulated fleet
+(:data:`FLEETS`: the standard vLLM fleet, or a mixed fleet of three engines).
 
 Every policy is a policy document for the same gateway code; they differ only in their
 plugins and, for all-speculative / all-plain, in which backends they may use:
@@ -74,7 +75,10 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
 - ``specroute-no-tail``: what ships with the latency scorer's ``tail_weight`` at 0 (a
   first token bound for the tail weighs no more than any other wait; 64 ships);
 - ``specroute-no-shadow``: what ships without its ``shadow`` section (what verification on
-  by default costs the engines).
+  by default costs the engines);
+- ``specroute-default-priority``: what ships with the open gateway's requests allowed to
+  ask for their priority (``admission.default_tenant.allow_header``: the
+  ``x-specroute-priority`` header), for traces that mark requests critical or sheddable.
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -103,6 +107,26 @@ FLEET: tuple[SimSpec, ...] = (
     SimSpec("ngram-0", "ngram", "ngram", 4, seed=13),
     SimSpec("eagle-0", "eagle3", "eagle3", 3, seed=14, draft_version="eagle3-v1"),
 )
+# Three engines routed as one fleet: a vLLM plain engine (the reference), an SGLang EAGLE-3
+# engine with SGLang's own default tree for a Llama target (5 deep: k=5) and a TensorRT-LLM
+# n-gram engine drafting 3 tokens (the draft length of its own automatic choice above batch
+# 4); each simulator answers as its engine and runs that engine's profile
+# (proxy/stepcost/engines.py).
+MIXED_FLEET: tuple[SimSpec, ...] = (
+    SimSpec("vllm-plain-0", "plain", seed=11),
+    SimSpec(
+        "sglang-eagle3-0",
+        "eagle3",
+        "eagle3",
+        5,
+        seed=14,
+        draft_version="eagle3-v1",
+        engine="sglang",
+    ),
+    SimSpec("trtllm-ngram-0", "ngram", "ngram", 3, seed=13, engine="trtllm"),
+)
+# ``--fleet`` of the routing benchmark.
+FLEETS: dict[str, tuple[SimSpec, ...]] = {"standard": FLEET, "mixed": MIXED_FLEET}
 
 
 def speculative_names(specs: Sequence[SimSpec]) -> frozenset[str]:
@@ -138,6 +162,7 @@ EXPERIMENTS = (
     "specroute-wait64",
     "specroute-no-tail",
     "specroute-no-shadow",
+    "specroute-default-priority",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -225,6 +250,8 @@ class _Shipped:
     shadow: bool = True
     # False: the admission queue off (refused at once, as the overload guard alone did).
     queue: bool = True
+    # True: requests may ask for their priority by header (the default tenant's allow_header).
+    priority_header: bool = False
 
 
 _SHIPPED_VARIANTS: dict[str, _Shipped] = {
@@ -238,6 +265,7 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-wait64": _Shipped(latency={"wait_weight": 64.0}),
     "specroute-no-tail": _Shipped(latency={"tail_weight": 0.0}),
     "specroute-no-shadow": _Shipped(shadow=False),
+    "specroute-default-priority": _Shipped(priority_header=True),
 }
 
 
@@ -316,6 +344,10 @@ def build_policy(
             shipped.pop("shadow", None)
         if not variant.queue:
             shipped["admission"] = {**shipped.get("admission", {}), "enabled": False}
+        if variant.priority_header:
+            admission = shipped.get("admission", {})
+            tenant = {**admission.get("default_tenant", {}), "allow_header": True}
+            shipped["admission"] = {**admission, "default_tenant": tenant}
         for scorer in shipped["routing"]["scorers"]:
             if scorer["type"] == "latency":
                 scorer["params"] = {**scorer["params"], **variant.latency}
@@ -339,4 +371,16 @@ def build_policy(
         policy |= {"backends": everything, **_specroute("learned", break_even), "routing": routing}
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    return policy
+    return _facts_of_its_pools(policy)
+
+
+def _facts_of_its_pools(policy: dict[str, Any]) -> dict[str, Any]:
+    """``policy`` with its ``latency`` section naming only pools it has backends in (a
+    policy may not configure a pool without backends; all-plain has one pool)."""
+    latency = policy.get("latency")
+    if latency is None or "pools" not in latency:
+        return policy
+    present = {b["pool"] for b in policy["backends"]}
+    pools = {p: path for p, path in latency["pools"].items() if p in present}
+    kept = {k: v for k, v in latency.items() if k != "pools"}
+    return {**policy, "latency": {**kept, "pools": pools} if pools else kept}

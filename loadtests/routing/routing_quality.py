@@ -14,6 +14,7 @@ at every phase change, with hindsight).
     specroute bench routing-quality --workload production   # issue 15's traffic shape
     specroute bench routing-quality --workload shared --quick   # sessions, shared documents
     specroute bench routing-quality --workload production --face both   # serve against epp
+    specroute bench routing-quality --fleet mixed --quick   # vLLM, SGLang and TensorRT-LLM
 
 Workloads: ``synthetic`` (the closed-loop trace below over loadtests/tools/prompts.py's mix)
 and ``production`` (open-loop Poisson arrivals at light, stressed and saturated rates of
@@ -21,6 +22,13 @@ requests shaped like a production trace: long prompts, short outputs; see
 loadtests/tools/production_prompts.py). Every policy states the simulators' (time-scaled) step
 costs and the objective in its ``latency`` and ``slo`` sections (facts of the fleet that
 only the latency scorer reads).
+
+Fleets: ``--fleet standard`` (the default: two plain, one n-gram and one EAGLE-3 vLLM
+engine) or ``--fleet mixed`` (a vLLM plain engine, an SGLang EAGLE-3 engine and a
+TensorRT-LLM n-gram engine, each simulator answering as its engine on its engine's step
+costs; loadtests/routing/routing_policies.py). Every report has a per-engine table: each
+backend's share of the requests, TPOT, load and acceptance, read from its engine's own
+metrics (loadtests/routing/engine_view.py).
 
 Faces (issue 37): ``--face serve`` (the default) runs each policy's gateway as ``specroute
 serve``; ``--face epp`` as ``specroute epp`` with Envoy in front (the load goes to Envoy's
@@ -46,16 +54,25 @@ from typing import Any
 
 import orjson
 
+from loadtests.routing.engine_view import (
+    engine_readings,
+    per_engine,
+    pooled_acceptance,
+    pooled_prefix_cache,
+    render_engines,
+    sampled_load,
+)
 from loadtests.routing.routing_compare import compare
 from loadtests.routing.routing_policies import (
     DEFAULT_POLICIES,
     FLEET,
+    FLEETS,
     POLICIES,
     build_policy,
     speculative_names,
 )
 from loadtests.routing.routing_report import render
-from loadtests.tools.endpoints import admin_json, fetch_metrics, fetch_samples
+from loadtests.tools.endpoints import admin_json, fetch_samples
 from loadtests.tools.loadgen import Arrival, LoadGenerator, RunResult, run_async
 from loadtests.tools.prices import GpuPrice, resolve_price
 from loadtests.tools.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
@@ -71,7 +88,7 @@ from loadtests.tools.simfleet import (
     gateway_face,
     step_lag,
 )
-from loadtests.tools.summary import Slo, fmt, metrics_acceptance, summarize
+from loadtests.tools.summary import Slo, fmt, summarize
 from loadtests.tools.traces import Phase, format_trace, parse_trace
 
 FULL_TRACE = "c8@4,c48@4,c128@4,c256@4,c48@4,c8@4"
@@ -111,6 +128,7 @@ class Plan:
     price: GpuPrice = field(default_factory=lambda: resolve_price("h200"))
     timeline_bins: int = 48
     fleet: tuple[SimSpec, ...] = FLEET
+    fleet_name: str = "standard"
     # Engine profile data for the simulators (None: the default, measured on an H200).
     profile: dict[str, Any] | None = None
     profile_name: str = "default (H200, measured)"
@@ -135,6 +153,7 @@ class Plan:
             "slo_text": self.slo.describe(),
             "gpu_price": dataclasses.asdict(self.price),
             "gpus": len(self.fleet),
+            "fleet_name": self.fleet_name,
             "fleet": [dataclasses.asdict(s) for s in self.fleet],
             "profile": self.profile_name,
             "faces": list(self.faces),
@@ -143,37 +162,6 @@ class Plan:
     def label(self, policy: str, face: str) -> str:
         """The policy's name in the results: suffixed with the face when there are two."""
         return policy if len(self.faces) == 1 else f"{policy}@{face}"
-
-
-async def spec_counters(fleet: SimFleet | EndpointFleet) -> dict[str, float]:
-    """``vllm:spec_decode_*`` counters summed over the speculative simulators."""
-    total: dict[str, float] = {}
-    for name in speculative_names(fleet.specs):
-        for key, value in (await fetch_metrics(fleet.url(name), ["vllm:spec_decode"])).items():
-            total[key] = total.get(key, 0.0) + value
-    return total
-
-
-async def prefix_cache_counters(fleet: SimFleet | EndpointFleet) -> dict[str, float]:
-    """``vllm:prefix_cache_{queries,hits}`` summed over every backend."""
-    total: dict[str, float] = {}
-    for spec in fleet.specs:
-        for key, value in (
-            await fetch_metrics(fleet.url(spec.name), ["vllm:prefix_cache"])
-        ).items():
-            total[key] = total.get(key, 0.0) + value
-    return total
-
-
-def prefix_hit_rate(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
-    """Prompt tokens looked up and found in the engines' prefix caches over a run."""
-    queries = after.get("vllm:prefix_cache_queries_total", 0.0) - before.get(
-        "vllm:prefix_cache_queries_total", 0.0
-    )
-    hits = after.get("vllm:prefix_cache_hits_total", 0.0) - before.get(
-        "vllm:prefix_cache_hits_total", 0.0
-    )
-    return {"queries": queries, "hits": hits, "hit_rate": hits / queries if queries else None}
 
 
 async def run_policy(
@@ -196,22 +184,26 @@ async def run_policy(
         policy = build_policy(name, fleet, facts=_facts(plan, fleet))
         async with gateway_face(policy, workdir, plan.label(name, face), face) as gw:
             engines_before = await fleet.engine_states()
-            counters_before = await spec_counters(fleet)
-            cache_before = await prefix_cache_counters(fleet)
+            readings_before = await engine_readings(fleet)
             generator = LoadGenerator(
                 gw.url,
                 plan.model,
                 time_scale=plan.time_scale,
                 progress=plan.label(name, face),
-                state_class=isinstance(fleet, SimFleet),
+                state_class=_states_class(fleet),
             )
             makers = WORKLOADS[plan.workload][3]
             factory = PromptFactory(plan.seed, plan.mix, plan.output_scale, makers)
-            run = await generator.run(plan.trace, factory, schedule=schedule)
+            async with sampled_load(fleet) as load:
+                run = await generator.run(plan.trace, factory, schedule=schedule)
             extra = inspect(run) if inspect is not None else {}
             lag = step_lag(engines_before, await fleet.engine_states())
-            acceptance = metrics_acceptance(counters_before, await spec_counters(fleet))
-            prefix_cache = prefix_hit_rate(cache_before, await prefix_cache_counters(fleet))
+            readings_after = await engine_readings(fleet)
+            acceptance = pooled_acceptance(readings_before, readings_after)
+            prefix_cache = pooled_prefix_cache(readings_before, readings_after)
+            engines = per_engine(
+                plan.fleet, run.records, readings_before, readings_after, load, plan.time_scale
+            )
             break_even = (await admin_json(gw.admin_url, "/admin/break-even"))["pools"]
             prediction = await prediction_quality(gw.admin_url, plan.time_scale)
             # The admission queue: its flows (recent waits) and every wait, refused or not.
@@ -224,6 +216,7 @@ async def run_policy(
         "lag": lag,
         "metrics_acceptance": acceptance,
         "prefix_cache": prefix_cache,
+        "engines": engines,
         "break_even": break_even,
         "prediction": prediction,
         "queue": queue,
@@ -231,6 +224,14 @@ async def run_policy(
         **extra,
     }
     return result
+
+
+def _states_class(fleet: SimFleet | EndpointFleet) -> bool:
+    """Whether requests carry the simulators' class field (``CLASS_FIELD``): to simulators
+    only, and none of them TensorRT-LLM, which refuses fields it does not know as the real
+    server does (its simulators then read the class from the text, as the others can: the
+    workloads' prompts are written so that they do)."""
+    return isinstance(fleet, SimFleet) and all(s.engine != "trtllm" for s in fleet.specs)
 
 
 def _facts(plan: Plan, fleet: SimFleet | EndpointFleet) -> dict[str, Any]:
@@ -243,7 +244,7 @@ def _facts(plan: Plan, fleet: SimFleet | EndpointFleet) -> dict[str, Any]:
     }
     facts: dict[str, Any] = {"slo": {"default": objective}}
     if isinstance(fleet, SimFleet):
-        facts["latency"] = {"profile": str(fleet.profile_path)}
+        facts["latency"] = fleet.latency_facts()
     return facts
 
 
@@ -480,6 +481,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
     parser.add_argument("--quick", action="store_true", help="3 policies, short trace")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="synthetic")
     parser.add_argument(
+        "--fleet",
+        choices=sorted(FLEETS),
+        default="standard",
+        help="standard: 2 plain + n-gram + EAGLE-3 vLLM engines; mixed: vLLM plain, SGLang "
+        "EAGLE-3 and TensorRT-LLM n-gram engines",
+    )
+    parser.add_argument(
         "--trace", help=f"phases (default {FULL_TRACE}; see loadtests/tools/traces.py)"
     )
     parser.add_argument("--policies", nargs="+", choices=POLICIES)
@@ -520,6 +528,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Plan, argparse.Namespace]:
         slo=Slo(args.slo_ttft_ms / 1000, args.slo_tpot_ms / 1000),
         price=resolve_price(args.gpu, args.gpu_price_per_hour),
         faces=FACE_CHOICES[args.face],
+        fleet=FLEETS[args.fleet],
+        fleet_name=args.fleet,
     )
     return plan, args
 
@@ -533,7 +543,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         results = run_async(run(plan))
         write_json(folder, results)  # first: a long run is never lost to a report error
-    return publish_in(folder, results, lambda out: render(results, out) + render_faces(results))
+    return publish_in(
+        folder,
+        results,
+        lambda out: render(results, out) + render_engines(results) + render_faces(results),
+    )
 
 
 if __name__ == "__main__":

@@ -184,14 +184,16 @@ def render(results: dict[str, Any], folder: Path) -> str:
     """Markdown report; writes the PNG plots into ``folder``."""
     plan = results["plan"]
     fleet = ", ".join(
-        f"{s['name']} ({s['method']}{', k=' + str(s['k']) if s['k'] else ''})"
+        f"{s['name']} ({s.get('engine', 'vllm')} {s['method']}"
+        f"{', k=' + str(s['k']) if s['k'] else ''})"
         for s in plan["fleet"]
     )
     price = plan["gpu_price"]
     lines = [
         "# Routing quality on a simulated fleet",
         "",
-        f"Fleet: {fleet}; default simulator profile (H200-shaped Llama-3.1-8B step costs) with every "
+        f"Fleet: {fleet}; each engine's simulator profile (H200-shaped Llama-3.1-8B step costs, "
+        "SGLang's and TensorRT-LLM's derived from vLLM's: proxy/stepcost/engines.py) with every "
         f"step cost x{plan['time_scale']:g} so this host keeps up; all times below are divided back "
         "(H200 model time).",
         f"Workload `{plan.get('workload', 'synthetic')}`; trace (model seconds): `{plan['trace']}`; "

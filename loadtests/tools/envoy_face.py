@@ -91,6 +91,7 @@ def envoy_config(
     stub_port: int | None = None,
     response_body: bool = True,
     duplex: bool = False,
+    health_port: int | None = None,
 ) -> dict[str, Any]:
     """deploy/envoy/envoy.yaml on 127.0.0.1 ports. With ``picker_port``: as deployed, the
     picker at that port. Without (``stub_port`` then): no ext_proc filter, the route on a
@@ -105,9 +106,13 @@ def envoy_config(
     clusters = config["static_resources"]["clusters"]
     if picker_port is not None:
         epp = next(c for c in clusters if c["name"] == "epp")
-        epp["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] = _address(
-            picker_port
-        )
+        endpoint = epp["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        endpoint["address"] = _address(picker_port)
+        if health_port is not None:
+            endpoint["health_check_config"]["port_value"] = health_port
+        else:  # not checked: counted healthy (and /ready 200) throughout
+            del endpoint["health_check_config"]
+            del epp["health_checks"]
         if duplex or not response_body:
             full_duplex(config)
         if not response_body:
@@ -118,6 +123,9 @@ def envoy_config(
         return config
     if stub_port is None:
         raise ValueError("Envoy alone needs the stub's port")
+    epp = next(c for c in clusters if c["name"] == "epp")  # no picker to check
+    epp.pop("health_checks")
+    epp["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"].pop("health_check_config")
     hcm["http_filters"] = [
         f for f in hcm["http_filters"] if f["name"] not in (EXT_PROC, READ, SET_METADATA)
     ]
@@ -146,8 +154,9 @@ async def start_envoy(name: str, config: dict[str, Any], workdir: Path) -> Servi
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     args = ["-c", str(path), "--concurrency", "1", "--log-level", "warn"]
-    # Several Envoys on one host need distinct shared memory.
-    args += ["--base-id", str(admin_port)]
+    # Several Envoys on one host need distinct shared memory; none is hot-restarted (one
+    # SIGKILLed and started again must not find its predecessor's).
+    args += ["--base-id", str(admin_port), "--disable-hot-restart"]
     with environ(ENVOY_UID=str(os.getuid())):
         service = spawn(name, args, listener["port_value"], [envoy_binary()])
     try:

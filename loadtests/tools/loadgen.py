@@ -26,6 +26,7 @@ from loadtests.tools.prompts import Prompt, PromptFactory
 from loadtests.tools.streams import RequestRecord, stream_request
 from loadtests.tools.stub_backend import new_event_loop
 from loadtests.tools.traces import Phase, arrivals, format_trace, phase_starts
+from proxy.gateway.flow import PRIORITY_HEADER
 
 Action = tuple[float, str, Callable[[], Awaitable[Any]]]
 """(model seconds from the trace start, label, coroutine function) run during a trace."""
@@ -37,6 +38,7 @@ T = TypeVar("T")
 
 _CLIENT_STRIDE = 10**6
 _OPEN_BASE = 10**9
+_PRIORITY = PRIORITY_HEADER.decode()
 
 
 @dataclass(slots=True)
@@ -111,10 +113,7 @@ class LoadGenerator:
         arrivals with these requests at these times."""
         scale = self.time_scale
         if schedule is None:  # built before the clock starts: prompts take time to make
-            schedule = [
-                (at, phase, factory.make(_OPEN_BASE + n))
-                for n, (at, phase) in enumerate(arrivals(phases, factory.seed))
-            ]
+            schedule = open_loop_schedule(phases, factory)
         starts = [s * scale for s in phase_starts(phases)]
         windows = [(s, s + p.duration_s * scale) for s, p in zip(starts, phases, strict=True)]
         total = windows[-1][1]
@@ -135,10 +134,11 @@ class LoadGenerator:
                 rec = RequestRecord(prompt.index, prompt.label, phase, 0.0, prompt.max_tokens)
                 records.append(rec)
                 state.inflight += 1
+                headers = self.headers
+                if prompt.priority is not None:
+                    headers = {**headers, _PRIORITY: prompt.priority}
                 try:
-                    await stream_request(
-                        session, self.url, self._body(prompt), rec, zero, self.headers
-                    )
+                    await stream_request(session, self.url, self._body(prompt), rec, zero, headers)
                 finally:
                     state.inflight -= 1
                 return rec
@@ -267,6 +267,16 @@ class LoadGenerator:
                 bar.update(elapsed - bar.n)
                 errors = sum(1 for r in records if r.error is not None)
                 bar.set_postfix(inflight=state.inflight, sent=len(records), errors=errors)
+
+
+def open_loop_schedule(phases: Sequence[Phase], factory: PromptFactory) -> list[Arrival]:
+    """The requests a run's open-loop phases send, at their seeded Poisson times: what
+    :meth:`LoadGenerator.run` sends without a ``schedule``, for a caller that marks them
+    (a priority per request) before the run."""
+    return [
+        (at, phase, factory.make(_OPEN_BASE + n))
+        for n, (at, phase) in enumerate(arrivals(phases, factory.seed))
+    ]
 
 
 class _State:

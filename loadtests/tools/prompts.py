@@ -74,6 +74,8 @@ class Prompt:
     label: PromptClass
     messages: list[dict[str, str]]
     max_tokens: int
+    # The admission priority it asks for (``x-specroute-priority``; None: its tenant's).
+    priority: str | None = None
 
     def body(
         self, model: str, *, temperature: float, ignore_eos: bool, state_class: bool = False

@@ -11,6 +11,11 @@ of H200-speed engines and also run the gateway and hundreds of clients. With
 prefill per token) is multiplied by S, so the engines run S times slower and the host
 keeps up; benchmarks divide measured times by S (ratios are unchanged). Each engine's
 ``GET /admin/engine`` says how far its steps ran behind the modelled time; reports print it.
+
+Engines: a :class:`SimSpec` names the engine it simulates (vLLM by default, SGLang or
+TensorRT-LLM), which answers with that engine's personality and runs on that engine's
+profile (proxy/stepcost/engines.py), time-scaled alike; the policy states each backend's
+engine and, in its ``latency`` section, each pool's profile.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import yaml
 from loadtests.tools.endpoints import get_json
 from loadtests.tools.envoy_face import picker_face
 from loadtests.tools.processes import Service, free_port, spawn, start, wait_ready
-from proxy.stepcost import default_profile_data
+from proxy.stepcost import EngineName, default_profile_data, engine_profile_data
 
 MODEL = "sim-llama-8b"
 
@@ -44,6 +49,7 @@ class SimSpec:
     seed: int = 0
     acceptance: float | None = None  # forced per-token acceptance (all classes)
     draft_version: str = ""
+    engine: EngineName = "vllm"
 
 
 def policy_backends(
@@ -59,6 +65,7 @@ def policy_backends(
             "url": url(s.name),
             "model": model,
             "pool": s.pool,
+            "engine": s.engine,
             "speculation": {"method": s.method, "k": s.k},
             "draft_version": s.draft_version,
         }
@@ -92,8 +99,24 @@ class SimFleet:
 
     @property
     def profile_path(self) -> Path:
-        """The time-scaled engine profile the simulators run (written on start)."""
-        return self.workdir / f"profile-x{self.time_scale:g}.json"
+        """The time-scaled vLLM profile (the calibration; written on start)."""
+        return self.profile_path_of("vllm")
+
+    def profile_path_of(self, engine: str) -> Path:
+        """The time-scaled profile of ``engine``'s simulators (written on start)."""
+        suffix = "" if engine == "vllm" else f"-{engine}"
+        return self.workdir / f"profile{suffix}-x{self.time_scale:g}.json"
+
+    def latency_facts(self) -> dict[str, Any]:
+        """The policy's ``latency`` section for this fleet: the vLLM profile, and each pool
+        whose simulators run another engine on that engine's profile."""
+        pools = {s.pool: str(self.profile_path_of(s.engine)) for s in self.specs}
+        default = str(self.profile_path)
+        facts: dict[str, Any] = {"profile": default}
+        other = {pool: path for pool, path in pools.items() if path != default}
+        if other:
+            facts["pools"] = other
+        return facts
 
     def url(self, name: str) -> str:
         return self.services[name].url
@@ -103,15 +126,28 @@ class SimFleet:
         return policy_backends(self.specs, self.url, self.model, names)
 
     async def __aenter__(self) -> SimFleet:
-        profile = self.profile_path
-        profile.write_bytes(orjson.dumps(scaled_profile(self.time_scale, self.profile)))
+        for engine in {"vllm", *(s.engine for s in self.specs)}:
+            data = scaled_profile(self.time_scale, engine_profile_data(engine, self.profile))
+            self.profile_path_of(engine).write_bytes(orjson.dumps(data))
         ports = {s.name: free_port() for s in self.specs}
-        args = ["loadtests.tools.sim_host", "--profile", str(profile), "--model", self.model]
+        fleet = [
+            {
+                "name": s.name,
+                "port": ports[s.name],
+                "engine": s.engine,
+                "speculation": s.method,
+                "k": s.k,
+                "seed": s.seed,
+                "acceptance": s.acceptance,
+                "profile": str(self.profile_path_of(s.engine)),
+            }
+            for s in self.specs
+        ]
+        fleet_path = self.workdir / "sims.json"
+        fleet_path.write_bytes(orjson.dumps(fleet))
+        args = ["loadtests.tools.sim_host", "--fleet", str(fleet_path), "--model", self.model]
         if not self.prefix_caching:
             args.append("--no-prefix-caching")
-        for s in self.specs:
-            sim = f"{s.name}:{s.method}:{s.k}:{s.seed}:{ports[s.name]}"
-            args += ["--sim", sim if s.acceptance is None else f"{sim}:{s.acceptance}"]
         host = spawn("sims", args, ports[self.specs[0].name])
         # One process serves every simulator; each gets a Service view on its own port.
         self.services = {

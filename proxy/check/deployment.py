@@ -1,13 +1,15 @@
 """Cross-check a policy with the launch configs of the engines it routes to, offline.
 
-Each check catches a mistake that passes both the policy schema and vLLM's own start-up, or
-one that only shows on the GPU node minutes into a rollout:
+Each check catches a mistake that passes both the policy schema and the engine's own
+start-up, or one that only shows on the GPU node minutes into a rollout:
 
-- the policy's speculation method and ``k`` against the engine's ``speculative-config`` (the
+- what the engine's own parser or schema would refuse, as far as it can be run here
+  (``vllm_launch``, ``sglang_launch``, ``trtllm_launch`` say how far, and from which
+  version), and the metrics the gateway scrapes being served;
+- the policy's speculation method and ``k`` against the engine's speculative settings (the
   acceptance scorer and the break-even scorer trust the policy);
-- ``--per-request-spec-decode-metrics`` only with speculation (vLLM refuses to start
-  otherwise), and its absence on a speculative engine (acceptance is then estimated);
-- the model name clients ask for against the engine's ``served-model-name``;
+- the model name clients ask for against the name the engine serves, and the port of the
+  backend's URL against the port the engine listens on;
 - the draft's vocabulary and tokenizer against the target's, from local model directories;
 - the shadow reference pool really without speculation, so a shadow verdict compares
   speculative output with plain output.
@@ -16,29 +18,15 @@ one that only shows on the GPU node minutes into a rollout:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
-from typing import Literal
+from urllib.parse import urlsplit
 
-from proxy.check.launch import LaunchConfig, LaunchConfigError, load_launch_config
+from proxy.check.launch import LaunchConfig, LaunchConfigError, Level
 from proxy.check.models import ModelFacts, ModelResolver, read_model
+from proxy.check.readers import load_launch_config
 from proxy.policy import BackendSpec, Policy
 
-Level = Literal["error", "warning"]
-
-# Policy method -> vLLM speculative-config methods that implement it.
-_VLLM_METHODS: Mapping[str, frozenset[str]] = MappingProxyType(
-    {
-        "ngram": frozenset({"ngram", "ngram_gpu"}),
-        "suffix": frozenset({"suffix"}),
-        "draft_model": frozenset({"draft_model"}),
-        "eagle": frozenset({"eagle"}),
-        "eagle3": frozenset({"eagle3"}),
-        "mtp": frozenset({"mtp"}),
-    }
-)
 # Methods whose drafter is a separate checkpoint with its own config.json.
 _DRAFT_CHECKPOINT = frozenset({"draft_model", "eagle", "eagle3"})
 
@@ -64,12 +52,6 @@ class CheckReport:
         return not any(f.level == "error" for f in self.findings)
 
 
-def _implements(policy_method: str, vllm_method: str) -> bool:
-    if policy_method == "mtp" and vllm_method.endswith("_mtp"):
-        return True
-    return vllm_method in _VLLM_METHODS.get(policy_method, frozenset())
-
-
 def _check_speculation(backend: BackendSpec, launch: LaunchConfig, reference: bool) -> list[str]:
     spec, wanted = launch.speculative, backend.speculation
     if not wanted.enabled:
@@ -81,20 +63,19 @@ def _check_speculation(backend: BackendSpec, launch: LaunchConfig, reference: bo
             if reference
             else ""
         )
-        return [f"the policy says no speculation, the engine drafts ({spec.method}){why}"]
+        return [f"the policy says no speculation, the engine drafts ({spec.engine_method}){why}"]
     if spec is None:
-        return [f"the policy says {wanted.method}, the engine has no speculative-config"]
-    if spec.method is None:
+        return [f"the policy says {wanted.method}, the engine does not speculate"]
+    if spec.engine_method is None:
         return ["speculative-config has no method: vLLM would guess it from the checkpoint"]
     problems = []
-    if not _implements(wanted.method, spec.method):
-        problems.append(f"the policy says {wanted.method}, the engine runs {spec.method}")
-    if spec.num_speculative_tokens is None:
-        problems.append("speculative-config has no num_speculative_tokens")
-    elif wanted.k != spec.num_speculative_tokens:
+    if spec.method != wanted.method:
+        problems.append(f"the policy says {wanted.method}, the engine runs {spec.engine_method}")
+    if spec.k is None:
+        problems.append(f"draft tokens per step not set ({spec.k_source}): the engine would choose")
+    elif wanted.k != spec.k:
         problems.append(
-            f"the policy's k={wanted.k} but the engine drafts "
-            f"num_speculative_tokens={spec.num_speculative_tokens}"
+            f"the policy's k={wanted.k} but the engine drafts {spec.k} per step ({spec.k_source})"
         )
     draft_tp = spec.draft_tensor_parallel_size
     if draft_tp is not None and draft_tp not in (1, launch.tensor_parallel_size):
@@ -105,21 +86,18 @@ def _check_speculation(backend: BackendSpec, launch: LaunchConfig, reference: bo
     return problems
 
 
-def _check_metrics_flag(launch: LaunchConfig) -> list[Finding]:
-    flag = launch.per_request_metrics
-    if flag != "none" and launch.speculative is None:
-        message = (
-            f"per-request-spec-decode-metrics: {flag} without a speculative-config: "
-            "vLLM refuses to start"
-        )
-        return [Finding("error", "", message)]
-    if flag == "none" and launch.speculative is not None:
-        message = (
-            "no per-request-spec-decode-metrics: the gateway then estimates acceptance "
-            "from tokens per streamed chunk (set it to summary)"
-        )
-        return [Finding("warning", "", message)]
-    return []
+def _check_port(backend: BackendSpec, launch: LaunchConfig) -> list[Finding]:
+    try:
+        url_port = urlsplit(backend.url).port
+    except ValueError:
+        return []
+    if url_port is None or launch.port is None or url_port == launch.port:
+        return []
+    message = (
+        f"the backend's url says port {url_port}, the launch config {launch.port}: the "
+        "engine listens on the url's port only if its command line overrides the file"
+    )
+    return [Finding("warning", "", message)]
 
 
 def _compare_vocab(method: str, target: ModelFacts, draft: ModelFacts, hetero: bool) -> list[str]:
@@ -152,7 +130,9 @@ def _compare_vocab(method: str, target: ModelFacts, draft: ModelFacts, hetero: b
 
 def _check_draft_vocab(launch: LaunchConfig, resolver: ModelResolver) -> list[Finding]:
     spec = launch.speculative
-    if spec is None or spec.model is None or spec.method not in _DRAFT_CHECKPOINT:
+    if spec is None or spec.model is None or spec.method is None:
+        return []
+    if spec.method not in _DRAFT_CHECKPOINT:
         return []
     if launch.model is None:
         return [Finding("warning", "", "draft vocabulary not checked: no model in the config")]
@@ -178,13 +158,13 @@ def _check_draft_vocab(launch: LaunchConfig, resolver: ModelResolver) -> list[Fi
 def _check_backend(
     backend: BackendSpec, launch: LaunchConfig, reference: bool, resolver: ModelResolver
 ) -> list[Finding]:
-    errors = [Finding("error", "", p) for p in _check_speculation(backend, launch, reference)]
+    found = [Finding(issue.level, "", issue.message) for issue in launch.issues]
+    found += [Finding("error", "", p) for p in _check_speculation(backend, launch, reference)]
     if backend.model not in launch.served_as():
         served = ", ".join(launch.served_as()) or "nothing named"
-        errors.append(
-            Finding("error", "", f"clients ask for {backend.model!r}, the engine serves {served}")
-        )
-    found = errors + _check_metrics_flag(launch) + _check_draft_vocab(launch, resolver)
+        message = f"clients ask for {backend.model!r}, the engine serves {served}"
+        found.append(Finding("error", "", message))
+    found += _check_port(backend, launch) + _check_draft_vocab(launch, resolver)
     where = f"{launch.path}: "
     return [Finding(f.level, backend.name, where + f.message) for f in found]
 
@@ -203,7 +183,7 @@ def check_deployment(policy: Policy, policy_path: Path, resolver: ModelResolver)
         try:
             # normpath: report 'deploy/vllm/...', not 'overlays/x/../../../vllm/...'.
             launch_path = Path(os.path.normpath(policy_path.parent / backend.launch_config))
-            launch = load_launch_config(launch_path)
+            launch = load_launch_config(launch_path, backend.engine)
         except LaunchConfigError as exc:
             report.findings.append(Finding("error", backend.name, str(exc)))
             continue

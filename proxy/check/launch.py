@@ -1,17 +1,24 @@
-"""A vLLM launch config: the YAML file ``vllm serve --config FILE`` reads, as the check sees it.
+"""An engine's launch config as the check sees it, whichever engine reads the file.
 
-vLLM turns each top-level key into ``--key value`` (underscores and dashes alike), nested
-mappings into JSON; only what the cross-check needs is read here, the full parse is vLLM's.
+Each engine has its own file format (``vllm serve --config``, ``sglang serve --config``,
+``trtllm-serve --extra_llm_api_options``) and one reader (``vllm_launch``,
+``sglang_launch``, ``trtllm_launch``) that turns it into this record: the facts the
+cross-check with the policy needs, in the policy's words, and the issues the engine's own
+parser or schema would raise on the file.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import orjson
 import yaml
+
+from proxy.policy.schema import EngineName
+
+Level = Literal["error", "warning"]
 
 
 class LaunchConfigError(ValueError):
@@ -19,24 +26,42 @@ class LaunchConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Issue:
+    """What the engine would refuse (error) or quietly do otherwise (warning)."""
+
+    level: Level
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class SpeculativeLaunch:
-    """The engine's ``speculative-config``."""
+    """The engine's speculative decoding settings."""
 
     method: str | None
+    """In the policy's words (``speculation.method``); None when the policy has none."""
+    engine_method: str | None
+    """As the engine spells it (``eagle3``, ``EAGLE3``, ``Eagle``); None when left unset."""
     model: str | None
-    num_speculative_tokens: int | None
-    draft_tensor_parallel_size: int | None
-    heterogeneous_vocab: bool
+    """The draft checkpoint, if the method has one."""
+    k: int | None
+    """Draft tokens per step, the policy's ``k``; None when the engine would choose."""
+    k_source: str
+    """Where ``k`` comes from, in the engine's terms, for messages."""
+    draft_tensor_parallel_size: int | None = None
+    heterogeneous_vocab: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchConfig:
     path: Path
+    engine: EngineName
     model: str | None
     served_model_names: tuple[str, ...]
     tensor_parallel_size: int
-    per_request_metrics: str
+    port: int | None
+    """The port the file writes (the command line may override it); None when it writes none."""
     speculative: SpeculativeLaunch | None
+    issues: tuple[Issue, ...] = ()
 
     def served_as(self) -> tuple[str, ...]:
         """The names clients may ask for: ``served-model-name``, else the model itself."""
@@ -45,31 +70,23 @@ class LaunchConfig:
         return (self.model,) if self.model else ()
 
 
-def _normalised(raw: dict[Any, Any]) -> dict[str, Any]:
-    # vLLM accepts --max_model_len and --max-model-len alike.
-    return {str(key).replace("_", "-"): value for key, value in raw.items()}
+LaunchReader = Callable[[Path], LaunchConfig]
 
 
-def _speculative(raw: Any, path: Path) -> SpeculativeLaunch | None:
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        try:
-            raw = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise LaunchConfigError(f"{path}: speculative-config is not JSON: {exc}") from exc
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """The YAML mapping at ``path``; ``what`` names the file's kind in the error."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise LaunchConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise LaunchConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
-        raise LaunchConfigError(f"{path}: speculative-config must be a mapping")
-    return SpeculativeLaunch(
-        method=None if raw.get("method") is None else str(raw["method"]),
-        model=None if raw.get("model") is None else str(raw["model"]),
-        num_speculative_tokens=_optional_int(raw, "num_speculative_tokens", path),
-        draft_tensor_parallel_size=_optional_int(raw, "draft_tensor_parallel_size", path),
-        heterogeneous_vocab=bool(raw.get("use_heterogeneous_vocab", False)),
-    )
+        raise LaunchConfigError(f"{path}: a launch config is a mapping of {what}")
+    return {str(key): value for key, value in raw.items()}
 
 
-def _optional_int(raw: dict[str, Any], key: str, path: Path) -> int | None:
+def optional_int(raw: Mapping[str, Any], key: str, path: Path) -> int | None:
     value = raw.get(key)
     if value is None:
         return None
@@ -81,24 +98,9 @@ def _optional_int(raw: dict[str, Any], key: str, path: Path) -> int | None:
         raise LaunchConfigError(f"{path}: {key} must be a whole number, not {value!r}") from exc
 
 
-def load_launch_config(path: Path) -> LaunchConfig:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise LaunchConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise LaunchConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise LaunchConfigError(f"{path}: a launch config is a mapping of vllm serve options")
-    opts = _normalised(raw)
-    served = opts.get("served-model-name") or ()
-    names = (served,) if isinstance(served, str) else tuple(str(n) for n in served)
-    tp = _optional_int(opts, "tensor-parallel-size", path) or 1
-    return LaunchConfig(
-        path=path,
-        model=None if opts.get("model") is None else str(opts["model"]),
-        served_model_names=names,
-        tensor_parallel_size=tp,
-        per_request_metrics=str(opts.get("per-request-spec-decode-metrics", "none")),
-        speculative=_speculative(opts.get("speculative-config"), path),
-    )
+def optional_str(raw: Mapping[str, Any], *keys: str) -> str | None:
+    """The first of ``keys`` set in ``raw`` (an option and its aliases), as text."""
+    for key in keys:
+        if raw.get(key) is not None:
+            return str(raw[key])
+    return None

@@ -1,6 +1,7 @@
 """What differs per engine, as one record each: where its metrics and a cheap health probe
 live, how its metrics read, whether its errors need rewriting, which request extensions it
-takes. Chosen once per backend from the policy's ``engine`` field."""
+takes, how its responses report each request's speculation. Chosen once per backend from the
+policy's ``engine`` field."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import MappingProxyType
 
 from proxy.engines.base import MetricsParser
 from proxy.engines.errors import openai_error
+from proxy.engines.facts import BackendFacts, RequestFacts, SglangFacts, TrtllmFacts
 from proxy.engines.sglang import SglangMetrics
 from proxy.engines.trtllm import TRTLLM_METRICS
 from proxy.engines.vllm import VLLM_METRICS
@@ -22,7 +24,9 @@ class EngineProfile:
     request does both). ``openai_errors``: the engine's
     error bodies are in OpenAI's shape already. ``continues_chat``: it takes vLLM's
     ``continue_final_message``, which a resumed chat stream needs on the backend that
-    continues it."""
+    continues it. ``facts``: how its responses report each request's speculation
+    (``proxy/engines/facts.py``); ``None`` for vLLM, whose summary rides on the usage event
+    the relay reads anyway."""
 
     name: EngineName
     metrics_path: str
@@ -30,6 +34,7 @@ class EngineProfile:
     metrics: MetricsParser
     openai_errors: bool
     continues_chat: bool
+    facts: RequestFacts | None = None
 
 
 PROFILES: Mapping[str, EngineProfile] = MappingProxyType(
@@ -57,6 +62,7 @@ PROFILES: Mapping[str, EngineProfile] = MappingProxyType(
             metrics=SglangMetrics(),
             openai_errors=False,
             continues_chat=True,
+            facts=SglangFacts(),
         ),
         # trtllm-serve's /health asks the executor's own health check (no generation;
         # /health_generate is the generating one). Its request models forbid unknown
@@ -69,6 +75,7 @@ PROFILES: Mapping[str, EngineProfile] = MappingProxyType(
             metrics=TRTLLM_METRICS,
             openai_errors=False,
             continues_chat=False,
+            facts=TrtllmFacts(),
         ),
     }
 )
@@ -76,6 +83,13 @@ PROFILES: Mapping[str, EngineProfile] = MappingProxyType(
 
 def engine_profile(engine: str) -> EngineProfile:
     return PROFILES[engine]
+
+
+def request_facts(engine: str, k: int) -> BackendFacts | None:
+    """How a backend drafting ``k`` tokens per step reports each request's speculation,
+    where its engine needs more than the usage event (``None``: a plain backend, or vLLM)."""
+    facts = PROFILES[engine].facts
+    return BackendFacts(facts, k) if facts is not None and k > 0 else None
 
 
 def relayed_error(engine: str, status: int, body: bytes) -> bytes:

@@ -5,7 +5,8 @@ Envoy (``envoy.access_loggers.http_grpc`` with the picker's cluster) streams bat
 ``HTTPAccessLogEntry``; each one that names a waiting exchange closes it. The response is
 whole when the upstream answered and neither side cut the stream: Envoy's response flags
 say who did (the client's connection closed or reset, the upstream reset or closed, a local
-reset). One stream per Envoy worker, kept open; nothing is answered until it closes.
+reset). One stream per Envoy worker, kept open; nothing is answered until it closes. Its
+end tells the ledger that connection's entries may be over (an Envoy that died).
 """
 
 from __future__ import annotations
@@ -54,9 +55,14 @@ class AccessLogReceiver(als_pb2_grpc.AccessLogServiceServicer):  # type: ignore[
         self, request_iterator: AsyncIterable[Message], context: grpc.aio.ServicerContext
     ) -> Message:
         ledger = self._ledger
-        async for message in request_iterator:
-            for entry in message.http_logs.log_entry:
-                key: str = entry.request.request_id
-                if key:
-                    ledger.ended(key, complete(entry))
+        peer: str = context.peer()
+        ledger.log_stream_opened(peer)
+        try:
+            async for message in request_iterator:
+                for entry in message.http_logs.log_entry:
+                    key: str = entry.request.request_id
+                    if key:
+                        ledger.ended(key, complete(entry))
+        finally:
+            ledger.log_stream_closed(peer)
         return als_pb2.StreamAccessLogsResponse()

@@ -8,7 +8,11 @@ Envoy, which then connects. The response is read as Envoy relays it (``PickedExc
 its status for outlier detection and back-off, its first chunk for the time to first
 token, its SSE events through the relay's own :class:`~proxy.gateway.relay.EventReader`
 (usage, per-request acceptance, the text of shadow-sampled requests), and its end for the
-release, which tells every listener as the relay's does.
+release, which tells every listener as the relay's does. Where the engine reports each
+request's speculation its own way (SGLang, TensorRT-LLM: ``proxy/engines/facts.py``), the
+pick asks for it as the relay's request does and the reader reads it with the same
+:class:`~proxy.engines.BackendFacts`, so acceptance by prompt class learns from the engine's
+own figures on both faces.
 
 Where the faces differ, on purpose:
 
@@ -32,12 +36,13 @@ from typing import Any
 
 import orjson
 
+from proxy.engines import BackendFacts, request_facts
 from proxy.epp.endpoints import Endpoints
 from proxy.epp.seams import EvidenceWanted, Header, Pick, ProxiedRequest, Refusal
 from proxy.errors import RETRY_SOON, GatewayError
 from proxy.gateway.auth import Admission, FrontDoor
 from proxy.gateway.dispatch import Attempt, Caller, Dispatcher
-from proxy.gateway.relay import EventReader, absorb_usage, capture_text
+from proxy.gateway.relay import EventReader, absorb_facts, absorb_usage, capture_text
 from proxy.gateway.request import (
     check_model,
     estimate_prompt_tokens,
@@ -205,6 +210,22 @@ class PickerBrain:
         # Usage asked of the engine is taken out of the stream again on its way through the
         # picker; a body that does not pass it (a copy at most) keeps what the client asked.
         body = with_usage(parsed) if attempt.strip_usage and body_passes else None
+        facts = _facts_of(primary)
+        if facts is not None and read_body and self._one_engine(primary, endpoints[1:]):
+            # SGLang reports a request's speculation only when asked. Asked only of a
+            # response the picker reads (every one when the body passes it; in the lean
+            # configuration the ones marked ``read``): unread, the figures would be lost and
+            # the client would get SGLang's extra ``choices: []`` chunk for nothing. Where
+            # the picker's answer is what the client gets (the body passes it, or a reading
+            # filter that waits for it), the chunk is taken out again when the client did
+            # not ask (``BackendFacts.for_request``), as the relay does; a copy read in
+            # observability mode cannot change the response, so there the chunk reaches the
+            # client. That is safe for OpenAI's clients: it has the shape of OpenAI's own
+            # usage chunk (``choices: []``), and the SDK yields it as a chunk with no
+            # choices, which its stream helper's accumulation skips (openai 3.63). Never
+            # asked when a fallback runs another engine: TensorRT-LLM refuses unknown fields.
+            asked = facts.asked(body if body is not None else parsed.raw)
+            body = None if asked is parsed.raw else asked
         # Each attempt's own id upstream: the engine's logs, and the key Envoy's access
         # log reports the response's end under.
         request_id = f"{attempt.rid.decode('latin-1')}-{os.urandom(4).hex()}"
@@ -221,6 +242,16 @@ class PickerBrain:
         return Pick(
             tuple(endpoints), tuple(set_headers), remove, body, read_body, request_id=request_id
         )
+
+    def _one_engine(self, primary: BackendState, fallbacks: Sequence[str]) -> bool:
+        """Whether every fallback address runs the primary's engine."""
+        engine = primary.spec.engine
+        for address in fallbacks:
+            name = self.endpoints.backend_at(address)
+            backend = None if name is None else self.runtime.fleet.get(name)
+            if backend is None or backend.spec.engine != engine:
+                return False
+        return True
 
     def _fallbacks(self, decision: Decision, primary: BackendState) -> list[str]:
         """The next best candidates of the same decision, as addresses."""
@@ -265,6 +296,11 @@ class PickerBrain:
         task.add_done_callback(self._settling.discard)
 
 
+def _facts_of(backend: BackendState) -> BackendFacts | None:
+    """How ``backend`` reports each request's speculation beyond the usage event."""
+    return request_facts(backend.spec.engine, backend.spec.speculation.k)
+
+
 class NoExchange:
     """A request passed through unrouted: nothing to account."""
 
@@ -291,7 +327,16 @@ class PickedExchange:
     pending, outlier detection and the tenant's settlement are done all the same.
     """
 
-    __slots__ = ("_admission", "_attempt", "_brain", "_kind", "_reader", "_reads", "_unary")
+    __slots__ = (
+        "_admission",
+        "_attempt",
+        "_brain",
+        "_facts",
+        "_kind",
+        "_reader",
+        "_reads",
+        "_unary",
+    )
 
     def __init__(
         self,
@@ -305,16 +350,24 @@ class PickedExchange:
         self._attempt = attempt
         self._admission = admission
         self._reads = reads_body
-        parsed: ParsedRequest = attempt.parsed
-        self._kind = parsed.kind
+        self._kind = attempt.parsed.kind
         # A stream is read event by event; a unary body is kept to be parsed at its end.
         self._reader: EventReader | None = None
         self._unary: list[bytes] | None = None
-        if not reads_body:
-            pass
-        elif parsed.stream:
+        self._facts: BackendFacts | None = None
+        if reads_body:
+            self._read_from(attempt.backend)
+
+    def _read_from(self, backend: BackendState) -> None:
+        """Set up the reading of a response ``backend`` serves, with its engine's facts."""
+        attempt = self._attempt
+        parsed: ParsedRequest = attempt.parsed
+        facts = _facts_of(backend)
+        # Taken out again (a stream) unless the client asked for them itself.
+        self._facts = None if facts is None else facts.for_request(parsed.body)
+        if parsed.stream:
             self._reader = EventReader(
-                attempt.outcome, parsed.kind, strip_usage=attempt.strip_usage
+                attempt.outcome, parsed.kind, strip_usage=attempt.strip_usage, facts=self._facts
             )
         else:
             self._unary = []
@@ -405,8 +458,11 @@ class PickedExchange:
         except orjson.JSONDecodeError:
             return
         if isinstance(obj, dict):
-            absorb_usage(self._attempt.outcome, obj)
-            capture_text(self._attempt.outcome, obj)
+            outcome = self._attempt.outcome
+            absorb_usage(outcome, obj)
+            if self._facts is not None:  # read after usage: they may need its tokens
+                absorb_facts(outcome, obj, self._facts)
+            capture_text(outcome, obj)
 
     def _served_by(self, served: str) -> None:
         """Envoy's retries went down the fallback list: the request is accounted where it
@@ -432,3 +488,7 @@ class PickedExchange:
         attempt.route = None
         attempt.head = None
         dispatch.account(attempt)
+        if self._reads:
+            # No chunk has come yet (Envoy reports the server with the response headers):
+            # the response is read as the serving backend's engine reports it.
+            self._read_from(backend)

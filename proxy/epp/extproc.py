@@ -72,7 +72,8 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc
         # Envoy cancels the stream, the CancelledError is raised inside this coroutine at
         # whatever it awaits (a read or a write), so ``close`` runs at once, not when a
         # suspended generator is collected.
-        await _Stream(self._brain, self._ledger).run(request_iterator, context.write)
+        stream = _Stream(self._brain, self._ledger, context.peer())
+        await stream.run(request_iterator, context.write)
 
 
 class _Stream:
@@ -87,12 +88,15 @@ class _Stream:
         "_ledger",
         "_ledger_offered",
         "_logged",
+        "_peer",
         "_pick",
         "_subset",
     )
 
-    def __init__(self, brain: Brain, ledger: EndLedger | None = None) -> None:
+    def __init__(self, brain: Brain, ledger: EndLedger | None = None, peer: str = "") -> None:
         self._brain = brain
+        # The gRPC connection (one Envoy worker's), which its access log also comes on.
+        self._peer = peer
         # Set once the request headers show the lean configuration: then the ledger.
         self._ledger: EndLedger | None = None
         self._ledger_offered = ledger
@@ -202,7 +206,7 @@ class _Stream:
             # Registered before Envoy can log the end: a client gone before the response
             # headers may have its entry arrive before this stream's cancellation.
             read = pick.read_body
-            self._ledger.expect(pick.request_id, exchange, read=read)
+            self._ledger.expect(pick.request_id, exchange, read=read, peer=self._peer)
             self._logged = True
         destination = ",".join(pick.endpoints)
         replaced = pick.body is not None and has_body

@@ -15,9 +15,13 @@ copy's end are in. The copy's last chunk goes out as the response ends and the e
 flush interval later, so the copy is normally in first; an entry that finds it still
 running waits ``read_grace_s`` for it.
 
-An entry that never comes (Envoy gone, its log buffer dropped) must not hold a request in
-flight for ever: :meth:`EndLedger.sweep` closes exchanges older than ``max_wait_s`` as
-incomplete.
+An entry that never comes must not hold a request in flight for ever. An Envoy that dies
+takes its entries with it: each exchange remembers the gRPC connection its pick came on
+(``peer``: one Envoy worker's connection to the picker carries both its ext_proc streams
+and its access log stream), and when that connection's access log stream ends and none
+opens again from it within ``orphan_grace_s``, its exchanges are closed as incomplete
+(:meth:`EndLedger.log_stream_closed`). Whatever is left (an Envoy that died before its
+first flush, a dropped buffer) :meth:`EndLedger.sweep` closes after ``max_wait_s``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class _Waiting:
     read_over: bool = False
     # The access log's verdict, once its entry came.
     verdict: bool | None = None
+    # The gRPC connection the pick came on (Envoy's worker), "" when unknown.
+    peer: str = ""
 
 
 class EndLedger:
@@ -51,20 +57,54 @@ class EndLedger:
         self,
         max_wait_s: float = 900.0,
         read_grace_s: float = 2.0,
+        orphan_grace_s: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_wait_s = max_wait_s
         self.read_grace_s = read_grace_s
+        self.orphan_grace_s = orphan_grace_s
         self._clock = clock
         self._waiting: dict[str, _Waiting] = {}
+        # Open access log streams per connection (an Envoy worker's).
+        self._log_streams: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def expect(self, key: str, exchange: Exchange, *, read: bool = False) -> None:
+    def expect(self, key: str, exchange: Exchange, *, read: bool = False, peer: str = "") -> None:
         """``exchange`` ends when the entry for ``key`` comes (and, when ``read``, the
-        reading filter's stream of its body has ended), or at the sweep."""
-        self._waiting[key] = _Waiting(exchange, self._clock(), read)
+        reading filter's stream of its body has ended), when ``peer``'s access log is
+        gone for good, or at the sweep."""
+        self._waiting[key] = _Waiting(exchange, self._clock(), read, peer=peer)
+
+    def log_stream_opened(self, peer: str) -> None:
+        """An access log stream from ``peer`` began."""
+        self._log_streams[peer] = self._log_streams.get(peer, 0) + 1
+
+    def log_stream_closed(self, peer: str) -> None:
+        """An access log stream from ``peer`` ended. With none left open, the entries of
+        that connection's exchanges may never come (its Envoy died): unless a stream from
+        it opens again within ``orphan_grace_s`` (Envoy reopens one on its next flush when
+        only the stream failed), they are closed as incomplete."""
+        left = self._log_streams.get(peer, 0) - 1
+        if left > 0:
+            self._log_streams[peer] = left
+            return
+        self._log_streams.pop(peer, None)
+        asyncio.get_running_loop().call_later(self.orphan_grace_s, self._orphaned, peer)
+
+    def _orphaned(self, peer: str) -> None:
+        if not peer or peer in self._log_streams:
+            return
+        keys = [k for k, w in self._waiting.items() if w.peer == peer and w.verdict is None]
+        for key in keys:
+            self._close(key, False)
+        if keys:
+            log.warning(
+                "%d responses released as cut: the access log of Envoy connection %s ended",
+                len(keys),
+                peer,
+            )
 
     def reading(self, key: str) -> Exchange | None:
         """The exchange the body read under ``key`` goes through; ``None`` if none waits."""

@@ -46,7 +46,9 @@ class Pick:
     # Request headers set on the upstream request (a backend's key, the attempt's id).
     set_headers: tuple[Header, ...] = ()
     remove_headers: tuple[str, ...] = ()
-    # A replacement body; ``None`` sends the client's unchanged.
+    # A replacement body; ``None`` sends the client's unchanged. The brain replaces it
+    # with what the engine must be asked for the accounting (usage, SGLang's speculation
+    # details), taken out of the response again where the picker's answer reaches the client.
     body: bytes | None = None
     # Whether the exchange must see the response body (``Exchange.body``); otherwise only
     # the response headers and the end of the stream reach it.

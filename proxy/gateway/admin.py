@@ -99,10 +99,30 @@ def _with_lines(runtime: Runtime, row: dict[str, object]) -> dict[str, object]:
     }
 
 
+def _acceptance_by_backend(acceptance: list[dict[str, object]]) -> dict[str, dict[str, Any]]:
+    """The tracker's rows (``acceptance``) as each backend's, by prompt class."""
+    found: dict[str, dict[str, Any]] = {}
+    for row in acceptance:
+        by_class = found.setdefault(str(row["backend"]), {})
+        by_class[str(row["class"])] = {
+            "rate": row["rate"],
+            "samples": row["samples"],
+            "below_floor": row["below_floor"],
+        }
+    return found
+
+
 def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
-    """The fleet as the admin API shows it."""
+    """The fleet as the admin API shows it. Each backend's row says which engine it runs,
+    its load (in flight here, and running, waiting and KV cache use as its engine's own
+    metrics report them) and its acceptance two ways: ``window_acceptance`` from the
+    engine's counters over the last scrape interval, and ``acceptance_by_class`` as the
+    scheduler uses it, learnt per request from the responses (the engine's own per-request
+    figures where it reports them: ``proxy/engines/facts.py``)."""
     at = time.monotonic()
     prefix = runtime.scheduler.prefix
+    acceptance = runtime.acceptance.snapshot()
+    by_backend = _acceptance_by_backend(acceptance)
     return {
         "backends": [
             {
@@ -122,6 +142,7 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
                 "waiting": b.waiting,
                 "kv_usage": b.kv_usage,
                 "window_acceptance": b.window_acceptance,
+                "acceptance_by_class": by_backend.get(b.name, {}),
                 "prefix_cache": {"hits": b.prefix_cache_hits, "queries": b.prefix_cache_queries},
                 "quarantined": b.quarantined,
                 "outlier": {
@@ -136,7 +157,7 @@ def fleet_snapshot(runtime: Runtime) -> dict[str, Any]:
             for b in runtime.fleet.backends.values()
         ],
         "break_even": runtime.break_even.snapshot(),
-        "acceptance": runtime.acceptance.snapshot(),
+        "acceptance": acceptance,
         "prefix_index": None if prefix is None else prefix.snapshot(),
     }
 

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp
 
+from proxy.discovery import DiscoveredPods, DiscoveryMetrics, PodWatcher
 from proxy.errors import GatewayError
 from proxy.gateway.admin import admin_router
 from proxy.gateway.admin_review import review_router
@@ -169,7 +170,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The backends' keys are checked where the policy is applied, not in offline checks
     # (`policy validate`, `specroute check`), which may run where the secrets are not.
     validate = validating_credentials(runtime.validate_policy)
-    manager = PolicyManager(initial, runtime.apply_policy, validate, store, settings.policy_path)
+    # Pods of the policy's `discovery` section join its backends through the manager's swap.
+    discovered = DiscoveredPods()
+    manager = PolicyManager(
+        initial, runtime.apply_policy, validate, store, settings.policy_path, discovered=discovered
+    )
+    watcher = PodWatcher(
+        discovered,
+        manager,
+        lambda: manager.current.policy.discovery,
+        DiscoveryMetrics(metrics.registry),
+        poll_s=settings.policy_poll_s,
+    )
     scraper = Scraper(
         lambda: runtime.fleet,
         control,
@@ -212,6 +224,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _spawn(tasks, sync, "inflight-sync")
         _spawn(tasks, _keep_predictions(runtime), "latency-terms")
         _spawn(tasks, manager.follow_store(), "policy-follow")
+        _spawn(tasks, watcher.run(), "discovery")
         _spawn(tasks, shadow.run(), "shadow")
         _spawn(tasks, canary.run(), "canary")
         if settings.watch_policy and settings.policy_path is not None:

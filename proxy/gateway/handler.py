@@ -20,7 +20,7 @@ import time
 
 import orjson
 
-from proxy.engines import engine_profile, relayed_error
+from proxy.engines import BackendFacts, engine_profile, relayed_error, request_facts
 from proxy.errors import (
     RETRY_SOON,
     GatewayError,
@@ -39,6 +39,7 @@ from proxy.gateway.relay import (
     Receive,
     Send,
     StreamRelay,
+    absorb_facts,
     absorb_usage,
     capture_text,
     end_stream,
@@ -364,6 +365,9 @@ class Gateway:
         parsed, backend, outcome = attempt.parsed, attempt.backend, attempt.outcome
         engine = backend.spec.engine
         body = with_usage(parsed) if attempt.strip_usage else parsed.raw
+        facts = request_facts(engine, backend.spec.speculation.k)
+        if facts is not None:  # SGLang reports a request's speculation when asked
+            body = facts.asked(body)
         headers = self._upstream_headers(attempt)
         timeout = attempt.wait_s
         if timeout is None:  # a continuation: its stream has started, no budget applies
@@ -435,6 +439,10 @@ class Gateway:
         assert upstream is not None
         outcome.first_byte = time.monotonic()
         headers = self.dispatch.response_headers(attempt, upstream.content_type, upstream.passed)
+        spec = attempt.backend.spec
+        facts = request_facts(spec.engine, spec.speculation.k)
+        if facts is not None:
+            facts = facts.for_request(attempt.parsed.body)
         if upstream.status != 200 or not attempt.parsed.stream:
             if attempt.rewrite is not None:
                 # A continuation refused (a 4xx): the stream already started ends broken.
@@ -443,7 +451,7 @@ class Gateway:
                 return
             if upstream.status != 200:
                 first = relayed_error(attempt.backend.spec.engine, upstream.status, first)
-            await self._relay_unary(send, upstream, first, outcome, headers)
+            await self._relay_unary(send, upstream, first, outcome, headers, facts)
         else:
             if attempt.rewrite is None:
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -458,6 +466,7 @@ class Gateway:
                 request_id=attempt.rid.decode("latin-1"),
                 keep=attempt.keep,
                 rewrite=attempt.rewrite,
+                facts=facts,
             )
             outcome.usage_forwarded = not attempt.strip_usage
             await relay.run(first)
@@ -473,6 +482,7 @@ class Gateway:
         payload: bytes,
         outcome: Outcome,
         headers: list[tuple[bytes, bytes]],
+        facts: BackendFacts | None = None,
     ) -> None:
         outcome.finished = time.monotonic()
         outcome.ok = upstream.status == 200
@@ -483,6 +493,8 @@ class Gateway:
                 obj = None
             if isinstance(obj, dict):
                 absorb_usage(outcome, obj)
+                if facts is not None:
+                    absorb_facts(outcome, obj, facts)
                 capture_text(outcome, obj)
         await upstream.release()
         await send({"type": "http.response.start", "status": upstream.status, "headers": headers})

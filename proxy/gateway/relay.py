@@ -4,7 +4,10 @@ Streams go through as the bytes the backend produced, cut only at SSE event boun
 (so a backend dying mid-event never leaves half an event on the wire). The relay looks
 inside the bytes only where it must: a substring test per read for the usage event
 (tokens, per-request acceptance), and full parsing only for requests sampled for shadow
-verification. Measured figures go into an :class:`Outcome` for the observers.
+verification. An engine whose per-request speculation facts ride elsewhere (SGLang's own
+chunk, TensorRT-LLM's every content chunk: ``proxy/engines/facts.py``) costs one more
+substring search per read, and one parse of the last event that carried them, at the
+stream's end. Measured figures go into an :class:`Outcome` for the observers.
 
 Why raw ``send`` rather than Starlette's ``StreamingResponse``: the latter wraps every
 chunk in an async generator and runs a task group per response; a naive FastAPI
@@ -24,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from proxy.engines import BackendFacts
 from proxy.errors import GatewayError
 from proxy.gateway.upstream import UpstreamError, UpstreamResponse
 from proxy.gateway.watch import Interruption, Watch
@@ -66,6 +70,14 @@ def absorb_usage(outcome: Outcome, obj: dict[str, Any]) -> None:
         if isinstance(cached, int):
             outcome.cached_tokens = cached
     found = spec_metrics(holder)
+    if found is not None:
+        outcome.spec = found
+
+
+def absorb_facts(outcome: Outcome, obj: dict[str, Any], facts: BackendFacts) -> None:
+    """An engine's per-request speculation facts (read after usage: they may need its
+    completion tokens), in vLLM's summary keys."""
+    found = facts.read(obj, outcome.completion_tokens)
     if found is not None:
         outcome.spec = found
 
@@ -130,11 +142,23 @@ class EventReader:
     them (the rest waits for the next read): a substring test per read for the usage event
     (tokens, per-request acceptance), full parsing only when the output is captured for
     shadow verification, and the usage event dropped again where the gateway asked for it
-    and the client did not. The relay of ``specroute serve`` and the picker's view of a
+    and the client did not. ``facts``: a backend whose engine reports each request's
+    speculation outside the usage event; the last event carrying them is kept and read
+    once the stream has ended. The relay of ``specroute serve`` and the picker's view of a
     response Envoy relays both read through one.
     """
 
-    __slots__ = ("_capture", "_outcome", "_responses", "_rewrite", "_strip", "done", "pending")
+    __slots__ = (
+        "_capture",
+        "_facts",
+        "_marked",
+        "_outcome",
+        "_responses",
+        "_rewrite",
+        "_strip",
+        "done",
+        "pending",
+    )
 
     def __init__(
         self,
@@ -143,6 +167,7 @@ class EventReader:
         *,
         strip_usage: bool = False,
         rewrite: Callable[[bytes], bytes] | None = None,
+        facts: BackendFacts | None = None,
     ) -> None:
         self._outcome = outcome
         self._strip = strip_usage
@@ -150,6 +175,8 @@ class EventReader:
         self._responses = kind is Endpoint.RESPONSES
         # For a continuation: how its events become the original stream's.
         self._rewrite = rewrite
+        self._facts = facts
+        self._marked = b""
         # The bytes after the last complete event, and whether the stream's end was read.
         self.pending = b""
         self.done = False
@@ -176,12 +203,33 @@ class EventReader:
             data = self._rewrite(data)
         if self._capture or b'"usage"' in data:
             data = self._inspect(data)
+        facts = self._facts
+        if facts is not None:
+            at = data.rfind(facts.marker)
+            if at >= 0:
+                # The whole event around the marker (``data`` ends at an event's end).
+                before = data.rfind(_EVENT_END, 0, at)
+                start = before + 2 if before >= 0 else 0
+                stop = data.find(_EVENT_END, at)
+                self._marked = data[start:stop]
+                if facts.strip:
+                    data = data[:start] + data[stop + 2 :]
         self._outcome.events += data.count(_EVENT_END)
-        if _ends_with_done(data) or (
-            self._responses and any(e in data for e in _RESPONSES_END)
-        ):
+        if _ends_with_done(data) or (self._responses and any(e in data for e in _RESPONSES_END)):
             self.done = True
+            if self._marked and facts is not None:
+                self._read_facts(facts)
         return data
+
+    def _read_facts(self, facts: BackendFacts) -> None:
+        """The engine's facts from the last event that carried them (usage is read by now)."""
+        marked, self._marked = self._marked, b""
+        try:
+            obj = orjson.loads(_data_of(marked))
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(obj, dict):
+            absorb_facts(self._outcome, obj, facts)
 
     def _inspect(self, data: bytes) -> bytes:
         """Parse the events of ``data`` that matter; drop the usage event if injected."""
@@ -231,6 +279,7 @@ class StreamRelay:
         request_id: str = "",
         keep: list[bytes] | None = None,
         rewrite: Callable[[bytes], bytes] | None = None,
+        facts: BackendFacts | None = None,
     ) -> None:
         self._send = send
         self._watch = watch
@@ -245,7 +294,9 @@ class StreamRelay:
         # and a failure left to the caller (status, code) instead of ending the stream.
         self._keep = keep
         self.held: tuple[int, str] | None = None
-        self._reader = EventReader(outcome, kind, strip_usage=strip_usage, rewrite=rewrite)
+        self._reader = EventReader(
+            outcome, kind, strip_usage=strip_usage, rewrite=rewrite, facts=facts
+        )
 
     def _check_idle(self) -> None:
         # A timer per stream instead of a timeout per read: reads only stamp the time.

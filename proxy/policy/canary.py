@@ -1,4 +1,5 @@
-"""The policy's ``canary`` section: one candidate draft head judged against a baseline."""
+"""The policy's ``canary`` section: a candidate (a new draft head, or the same model on
+another engine) judged against a baseline; ``proxy/verify/canary.py`` runs it."""
 
 from __future__ import annotations
 
@@ -29,8 +30,14 @@ class CanaryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}$")
-    candidates: list[str] = Field(min_length=1, description="backend names of the new draft head")
-    baseline: list[str] = Field(min_length=1, description="backend names it is judged against")
+    candidates: list[str] = Field(
+        min_length=1,
+        description="backend names of the new draft head or engine (they must speculate)",
+    )
+    baseline: list[str] = Field(
+        min_length=1,
+        description="backend names it is judged against: the same models, on any engine",
+    )
     classes: list[str] | None = Field(
         default=None, description="prompt classes it may serve; None: all"
     )

@@ -4,6 +4,10 @@ A new policy is parsed, validated and its plugins built *before* anything change
 every component takes it in one synchronous step (no await in between), so no request sees
 half of two policies. With a shared store the accepted policy text is stored and announced,
 and every replica loads it.
+
+Backends found outside the document (Kubernetes pods, :mod:`proxy.discovery`) are added to
+every policy by a :class:`BackendSource` on the way in, so a reload keeps them and a change
+in them goes through the same checks and swap (:meth:`PolicyManager.reapply`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.policy import Policy, PolicyError, parse_policy
 from proxy.store import Store
@@ -23,6 +27,15 @@ log = logging.getLogger("specroute.policy")
 
 CHANNEL = "policy"
 DOC_KEY = "policy:active"
+
+
+class BackendSource(Protocol):
+    """Backends the policy document does not list (discovered pods), added to it."""
+
+    def expand(self, policy: Policy) -> Policy:
+        """``policy`` with these backends added, validated as one document; raises
+        ValueError when the two do not fit together (a name taken twice)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +60,9 @@ class PolicyManager:
         store: Store,
         path: Path | None = None,
         history: int = 10,
+        discovered: BackendSource | None = None,
     ) -> None:
+        self._discovered = discovered
         self._apply = apply
         self._validate = validate
         self._store = store
@@ -57,25 +72,36 @@ class PolicyManager:
         self.history: list[PolicyVersion] = []
         self._mtime: float | None = None
 
-    def _checked(self, version: PolicyVersion) -> PolicyVersion:
+    def _checked(self, version: PolicyVersion) -> Policy:
+        """The policy that would be in force: the document with the discovered backends."""
         try:
-            self._validate(version.policy)
+            policy = version.policy
+            if self._discovered is not None:
+                policy = self._discovered.expand(policy)
+            self._validate(policy)
         except ValueError as exc:
             raise PolicyError(version.source, [str(exc)]) from exc
-        return version
+        return policy
 
     def check(self, text: str, source: str) -> PolicyVersion:
         """Everything :meth:`load_text` checks, without applying (a dry run)."""
-        return self._checked(PolicyVersion.of(text, source))
-
-    def _swap(self, version: PolicyVersion, *, remember: bool = True) -> None:
+        version = PolicyVersion.of(text, source)
         self._checked(version)
-        self._apply(version.policy)
+        return version
+
+    def _swap(self, version: PolicyVersion, *, remember: bool = True, why: str = "") -> None:
+        self._apply(self._checked(version))
         if remember:
             self.history.append(self.current)
             del self.history[: -self._history_size]
         self.current = version
-        log.info("policy %s from %s in force", version.digest, version.source)
+        log.info("policy %s from %s in force%s", version.digest, version.source, why)
+
+    def reapply(self, reason: str) -> None:
+        """Swap the policy in force in again, through every check: what the backend source
+        adds to it changed. Not announced (each replica discovers for itself) nor kept in the
+        history (the document is the same). Raises PolicyError and keeps what is in force."""
+        self._swap(self.current, remember=False, why=f" ({reason})")
 
     async def load_text(self, text: str, source: str, *, broadcast: bool = True) -> PolicyVersion:
         """Validate and swap in policy text; raises PolicyError and keeps the old one."""

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from proxy.policy.admission import AdmissionSettings
 from proxy.policy.canary import CanaryConfig
 from proxy.policy.classifier import ClassifierConfig
+from proxy.policy.discovery import DiscoveryConfig
 from proxy.policy.latency import LatencySettings, OverloadSettings, SloSettings
 from proxy.policy.shadow import ShadowConfig
 
@@ -72,8 +73,9 @@ class BackendSpec(_Strict):
     )
     launch_config: str | None = Field(
         default=None,
-        description="the engine's vLLM launch config (`vllm serve --config`), relative to the "
-        "policy file; read by `specroute check` only",
+        description="the engine's launch config, relative to the policy file: `vllm serve "
+        "--config`, `sglang serve --config` or `trtllm-serve --extra_llm_api_options`, as "
+        "`engine` says; read by `specroute check` only",
     )
 
     @field_validator("url")
@@ -213,7 +215,14 @@ class Policy(_Strict):
     """The whole routing policy document."""
 
     version: str = ""
-    backends: list[BackendSpec] = Field(min_length=1)
+    backends: list[BackendSpec] = Field(
+        default_factory=list,
+        description="the static backends; may be empty when `discovery` finds them",
+    )
+    discovery: DiscoveryConfig | None = Field(
+        default=None,
+        description="backends from the Kubernetes pods of an InferencePool, besides `backends`",
+    )
     pools: dict[str, PoolSpec] = Field(default_factory=dict)
     routing: RoutingProfile = RoutingProfile()
     acceptance: AcceptanceSettings = AcceptanceSettings()
@@ -229,10 +238,17 @@ class Policy(_Strict):
 
     @model_validator(mode="after")
     def _check_fleet(self) -> Policy:
+        if self.discovery is not None:
+            _check_templates(self.discovery)
+        elif not self.backends:
+            raise ValueError("a policy needs at least one backend, or a discovery section")
         pools = {b.pool for b in self.backends}
+        # With discovery, pods bring pools and models the document cannot know in advance:
+        # naming one before its first pod is ready is no error.
+        known = self.discovery is None
         ref = self.shadow.reference_pool
         if ref is not None:
-            if ref not in pools:
+            if known and ref not in pools:
                 raise ValueError(f"shadow.reference_pool {ref!r} is not a pool of this policy")
             if any(b.speculation.enabled for b in self.backends if b.pool == ref):
                 raise ValueError(f"shadow.reference_pool {ref!r} must not use speculation")
@@ -250,13 +266,13 @@ class Policy(_Strict):
             )
         if self.canary is not None:
             self._check_canary(self.canary)
-        unknown = sorted(set(self.pools) - set(methods))
+        unknown = sorted(set(self.pools) - set(methods)) if known else []
         if unknown:
             raise ValueError(f"pools section names pools without backends: {', '.join(unknown)}")
-        unknown = sorted(set(self.latency.pools) - set(methods))
+        unknown = sorted(set(self.latency.pools) - set(methods)) if known else []
         if unknown:
             raise ValueError(f"latency.pools names pools without backends: {', '.join(unknown)}")
-        unknown = sorted(set(self.slo.models) - {b.model for b in self.backends})
+        unknown = sorted(set(self.slo.models) - {b.model for b in self.backends}) if known else []
         if unknown:
             raise ValueError(f"slo.models names models no backend serves: {', '.join(unknown)}")
         return self
@@ -268,18 +284,20 @@ class Policy(_Strict):
             raise ValueError(f"canary names unknown backends: {', '.join(missing)}")
         if set(canary.candidates) & set(canary.baseline):
             raise ValueError("canary candidates and baseline must differ")
+        # A canary splits one model's traffic (between two draft heads or two engines);
+        # arms serving different models would never see the same requests.
+        served = sorted({by_name[n].model for n in canary.candidates})
+        judged = sorted({by_name[n].model for n in canary.baseline})
+        if served != judged:
+            raise ValueError(
+                "canary candidates and baseline must serve the same models; candidates: "
+                f"{', '.join(served)}, baseline: {', '.join(judged)}"
+            )
         plain = [n for n in canary.candidates if not by_name[n].speculation.enabled]
         if plain:
             raise ValueError(f"canary candidates must use speculation: {', '.join(plain)}")
         if not any(f.type == "canary" for f in self.routing.filters):
             raise ValueError("a canary needs the 'canary' filter in routing.filters")
-
-    def baseline_speculative(self) -> bool:
-        """Whether the canary's baseline drafts too (acceptance can then be compared)."""
-        if self.canary is None:
-            return False
-        by_name = {b.name: b for b in self.backends}
-        return all(by_name[n].speculation.enabled for n in self.canary.baseline)
 
     def pool_names(self) -> list[str]:
         return sorted({b.pool for b in self.backends})
@@ -289,6 +307,24 @@ class Policy(_Strict):
 
     def models(self) -> list[str]:
         return sorted({b.model for b in self.backends})
+
+
+def _check_templates(discovery: DiscoveryConfig) -> None:
+    """Each discovery template, as the backend it would make (a placeholder name, address,
+    model and pool where it gives none): an unknown engine or speculation method is refused
+    when the policy loads, not when the first pod arrives."""
+    base = discovery.template.model_dump(exclude_none=True)
+    templates = {"template": base} | {
+        f"pools.{pool}": base | {"pool": pool} | t.model_dump(exclude_none=True)
+        for pool, t in discovery.pools.items()
+    }
+    for where, fields in templates.items():
+        probe = {"name": "template", "url": "http://127.0.0.1", "model": "m", "pool": "p"}
+        try:
+            BackendSpec.model_validate(probe | fields)
+        except ValidationError as exc:
+            problems = "; ".join(_format_validation(exc))
+            raise ValueError(f"discovery.{where}: {problems}") from None
 
 
 class PolicyError(ValueError):

@@ -35,6 +35,12 @@ def acceptance_of(outcome: Outcome, k: int, kind: str) -> tuple[float, float] | 
         drafted = float(spec.get("num_draft_tokens") or 0)
         accepted = float(spec.get("num_accepted_draft_tokens") or 0)
         return (accepted, drafted) if drafted > 0 else None
+    return stream_acceptance(outcome, k, kind)
+
+
+def stream_acceptance(outcome: Outcome, k: int, kind: str) -> tuple[float, float] | None:
+    """(accepted, drafted) estimated from the stream's shape alone, whatever the engine
+    reported: the one measure a canary can take the same way on two engines."""
     tokens = outcome.completion_tokens
     if not tokens or k <= 0 or outcome.events <= 0 or kind == "responses":
         # The Responses API's events are not one per engine step: only the exact summary.

@@ -22,7 +22,8 @@ class StepPlan:
 
 
 class Batch:
-    """Admission (``max_num_seqs``, KV capacity) and step planning, as vLLM's scheduler does.
+    """Admission (``max_num_seqs``, KV capacity) and step planning, as vLLM's scheduler does
+    (SGLang's where the profile says it differs).
 
     Sequences are keyed by identity: request ids come from clients and need not be unique.
     """
@@ -85,7 +86,14 @@ class Batch:
             self.kv_used += seq.prompt_tokens
 
     def plan(self, now: float) -> StepPlan | None:
-        """This step's work, or None when every running sequence is stalled."""
+        """This step's work, or None when every running sequence is stalled.
+
+        An engine that does not mix prefill into decode steps (the profile's
+        ``mixed_prefill`` False: SGLang's default) runs a step of prompt chunks alone while
+        any are waiting, and the decodes wait for it: SGLang's scheduler runs a new prefill
+        batch before the running one (``Scheduler.get_next_batch_to_run``,
+        ``python/sglang/srt/managers/scheduler.py``, sgl-project/sglang v0.5.9).
+        """
         plan = StepPlan()
         prefilling: list[Sequence] = []
         for seq in self.running:
@@ -95,6 +103,8 @@ class Batch:
                 prefilling.append(seq)
             else:
                 plan.decode.append(seq)
+        if prefilling and not self._profile.mixed_prefill:
+            plan.decode = []
         # Chunked prefill: prompts share the token budget left over by the decodes.
         budget = self._profile.max_num_batched_tokens - len(plan.decode) * (self._k + 1)
         prefill_tokens = 0
@@ -111,6 +121,6 @@ class Batch:
         if plan.decode:
             ms = costs.spec_step_ms(self._method, len(plan.decode), self._k)
         else:
-            ms = costs.step_ms(len(plan.prefill), 1)
+            ms = costs.step_ms(len(plan.prefill), 1) * costs.host_factor(self._method)
         plan.seconds = (ms + costs.prefill_ms(prefill_tokens)) / 1000.0
         return plan

@@ -1,15 +1,22 @@
-"""``specroute sim``: serve one simulated vLLM engine until interrupted."""
+"""``specroute sim``: serve one simulated vLLM, SGLang or TensorRT-LLM engine until interrupted."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 
 from proxy.sim.config import Faults, SimConfig
 from proxy.sim.server import create_sim_app
-from proxy.stepcost import GPUS, gpu_profile, load_profile
+from proxy.stepcost import (
+    GPUS,
+    EngineProfile,
+    derived_profile_data,
+    engine_profile_data,
+    load_profile,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,15 +37,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--speculation", choices=["none", "ngram", "draft_model", "eagle3"], default="none"
     )
-    parser.add_argument("--k", type=int, default=3, help="draft tokens per step")
-    parser.add_argument("--profile", help="JSON or YAML file laid over the default profile")
+    parser.add_argument(
+        "--k",
+        type=int,
+        help="draft tokens per step (default: the engine's own: SGLang's EAGLE tree 5 deep; "
+        "else 3)",
+    )
+    parser.add_argument(
+        "--profile",
+        help="JSON or YAML file laid over the engine's profile (proxy/stepcost/engines.py)",
+    )
     parser.add_argument(
         "--gpu",
         choices=sorted(GPUS),
         help="step costs of this GPU (h200 measured; others estimated: proxy/stepcost/hardware.py)",
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        help="running requests at most (default: the engine's own, SGLang's 48 when "
+        "speculating; else 256)",
+    )
     parser.add_argument(
         "--per-request-spec-decode-metrics",
         choices=["none", "summary"],
@@ -91,25 +111,36 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         hang=args.hang,
         drip_ms=args.drip_ms,
     )
-    config = SimConfig(
+    # Unset, k and max_num_seqs are the engine's own choice (SimConfig).
+    chosen: dict[str, Any] = {
+        name: value
+        for name, value in (("k", args.k), ("max_num_seqs", args.max_num_seqs))
+        if value is not None
+    }
+    return SimConfig(
         model=args.model,
         engine=args.engine,
         speculation=args.speculation,
-        k=args.k,
         seed=args.seed,
-        max_num_seqs=args.max_num_seqs,
+        profile=profile_from_args(args),
         per_request_spec_metrics=args.per_request_spec_decode_metrics == "summary",
         faults=faults,
         api_key=args.api_key,
         prefix_caching=not args.no_enable_prefix_caching,
         block_size=args.block_size,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        **chosen,
     )
+
+
+def profile_from_args(args: argparse.Namespace) -> EngineProfile:
+    """The engine's profile (over the GPU's estimate with ``--gpu``), with ``--profile`` laid
+    over it."""
+    base = derived_profile_data(args.gpu) if args.gpu else None
+    data = engine_profile_data(args.engine, base)
     if args.profile:
-        config = config.model_copy(update={"profile": load_profile(args.profile)})
-    elif args.gpu:
-        config = config.model_copy(update={"profile": gpu_profile(args.gpu)})
-    return config
+        return load_profile(args.profile, base=data)
+    return EngineProfile.model_validate(data)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

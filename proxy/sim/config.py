@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from proxy.sim.overlap import ngram_acceptance
-from proxy.stepcost import EngineProfile, PromptClass, SpecMethod, default_profile
+from proxy.stepcost import EngineName, EngineProfile, PromptClass, SpecMethod, engine_profile
 
-EngineKind = Literal["vllm", "sglang", "trtllm"]
+# Draft tokens per step and running requests when neither the caller nor the engine's
+# profile says otherwise (the simulator's defaults before engines had profiles of their own).
+DEFAULT_K = 3
+DEFAULT_MAX_NUM_SEQS = 256
 
 
 class Faults(BaseModel):
@@ -45,20 +48,25 @@ class Faults(BaseModel):
 
 
 class SimConfig(BaseModel):
-    """Everything a simulator instance needs; one object, shared by the CLI and tests."""
+    """Everything a simulator instance needs; one object, shared by the CLI and tests.
+
+    Left unset, ``profile`` is the engine's own (``proxy/stepcost/engines.py``), and ``k`` and
+    ``max_num_seqs`` are what that engine picks by itself: SGLang drafts its EAGLE tree 5 deep
+    and runs at most 48 requests when speculating; otherwise 3 drafts and 256 requests.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     model: str = "sim-llama-8b"
     # Which server the simulator answers as: metric names and endpoints, request
     # validation and error shapes (proxy/sim/personality.py).
-    engine: EngineKind = "vllm"
+    engine: EngineName = "vllm"
     speculation: SpecMethod = "none"
-    k: int = Field(default=3, ge=1, le=16)
+    k: int = Field(default=DEFAULT_K, ge=1, le=16)
     seed: int = 0
-    profile: EngineProfile = Field(default_factory=default_profile)
+    profile: EngineProfile = Field(default_factory=lambda: engine_profile("vllm"))
     per_request_spec_metrics: bool = True
-    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_seqs: int = Field(default=DEFAULT_MAX_NUM_SEQS, gt=0)
     faults: Faults = Field(default_factory=Faults)
     acceptance: dict[PromptClass, float] | None = None
     # As vLLM's --enable-prefix-caching (on by default in vLLM's V1 engine) and --block-size.
@@ -70,6 +78,26 @@ class SimConfig(BaseModel):
     enable_prompt_tokens_details: bool = False
     # As vLLM's --api-key: a bearer token required on the /v1 and /v2 paths only.
     api_key: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_profile(cls, data: Any) -> Any:
+        """Without a profile, the engine's own."""
+        if isinstance(data, dict) and data.get("profile") is None:
+            data = {**data, "profile": engine_profile(data.get("engine", "vllm"))}
+        return data
+
+    @model_validator(mode="after")
+    def _engine_defaults(self) -> SimConfig:
+        """``k`` and ``max_num_seqs`` the caller left unset: what the profile's engine picks."""
+        given = self.model_fields_set
+        shape = self.profile.spec_shape.get(self.speculation)
+        if "k" not in given and shape is not None:
+            self.k = shape.steps
+        if "max_num_seqs" not in given:
+            cap = self.profile.max_running_requests.get(self.speculation)
+            self.max_num_seqs = cap if cap is not None else DEFAULT_MAX_NUM_SEQS
+        return self
 
     @model_validator(mode="after")
     def _check_acceptance(self) -> SimConfig:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from proxy.sim.asgi import JSON, Receive, Scope, Send, header, send_chunk, start_stream
 from proxy.sim.engine import Engine
 from proxy.sim.errors import SimHTTPError
+from proxy.sim.personality import personality_renderer
 from proxy.sim.render import ChunkRenderer, ResponseContext
 from proxy.sim.render_chat import ChatRenderer
 from proxy.sim.render_completion import CompletionRenderer
@@ -100,7 +101,8 @@ class GenerationHandler:
         )
         if kind == "responses":
             return ResponsesRenderer(ctx, data)
-        return ChatRenderer(ctx) if kind == "chat" else CompletionRenderer(ctx)
+        inner = ChatRenderer(ctx) if kind == "chat" else CompletionRenderer(ctx)
+        return personality_renderer(config, inner, data)
 
     async def _abort_on_disconnect(self, receive: Receive, seq: Sequence) -> None:
         while True:

@@ -14,16 +14,29 @@ TensorRT-LLM (``trtllm-serve`` with ``return_perf_metrics``): Prometheus names o
 (``get_iteration_stats`` drains the executor's queue). Its request models forbid unknown
 fields (``OpenAIBaseModel``, ``extra="forbid"``, ``tensorrt_llm/serve/openai_protocol.py``
 at 0076e9390e1e), so :func:`trtllm_unknown_fields` lists what such a server refuses.
+
+Per-request speculation facts, as each engine puts them in its responses
+(:func:`personality_renderer`): SGLang's ``sglext.spec_tokens_details`` when a request asks
+with ``return_spec_tokens_details`` (sgl-project/sglang PR #33518: in the unary body; streamed,
+in a ``choices: []`` chunk after the last content chunk, before usage), TensorRT-LLM's
+``avg_decoded_tokens_per_iter`` on every choice (``tensorrt_llm/serve/
+postprocess_handlers.py`` at 7b437aaa73bf). vLLM's ``metrics.speculative_decoding`` is the
+renderers' own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import orjson
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from proxy.sim.config import SimConfig
 from proxy.sim.engine import Engine
+from proxy.sim.render import ChunkRenderer
+from proxy.sim.sequence import Sequence
 
 # ChatCompletionRequest's fields in openai_protocol.py (0076e9390e1e); ``max_tokens`` is the
 # validation alias of ``max_completion_tokens`` (``populate_by_name`` takes both).
@@ -293,3 +306,103 @@ def personality_registry(engine: Engine) -> CollectorRegistry | None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SglangCollector(engine) if kind == "sglang" else TrtllmCollector(engine))
     return registry
+
+
+class _Wrapped(ChunkRenderer):
+    """A renderer's output with an engine's own additions; the rest is the inner one's."""
+
+    def __init__(self, inner: ChunkRenderer) -> None:
+        self.object_name = inner.object_name
+        super().__init__(inner.ctx)
+        self.inner = inner
+
+    def role_chunk(self) -> bytes:
+        return self.inner.role_chunk()
+
+    def chunk(self, seq: Sequence, start: int, end: int, finish_reason: str | None) -> bytes:
+        return self.inner.chunk(seq, start, end, finish_reason)
+
+    def tail(self, seq: Sequence, include_usage: bool) -> bytes:
+        return self.inner.tail(seq, include_usage)
+
+    def response(self, seq: Sequence) -> bytes:
+        return self.inner.response(seq)
+
+
+def sglang_spec_details(seq: Sequence) -> dict[str, Any] | None:
+    """SGLang's ``SpecTokensDetails`` of one finished request (``None``: it did not
+    speculate). ``spec_accept_length`` is SGLang's: completion tokens per verification step."""
+    spec = seq.spec
+    if spec is None:
+        return None
+    steps = sum(spec.histogram)
+    accepted = sum(j * count for j, count in enumerate(spec.histogram))
+    proposed = spec.num_draft_tokens
+    return {
+        "spec_accept_rate": accepted / proposed if proposed else 0.0,
+        "spec_accept_length": len(seq.output) / steps if steps else 0.0,
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
+        "spec_num_correct_drafts": accepted,
+        "spec_num_proposed_drafts": proposed,
+        "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": list(spec.histogram),
+        "spec_cap_lens_histogram": [],
+    }
+
+
+class SglangSpecDetails(_Wrapped):
+    """``sglext.spec_tokens_details``: the body's (unary) or its own chunk's (streamed, sent
+    whether usage was asked for or not)."""
+
+    def tail(self, seq: Sequence, include_usage: bool) -> bytes:
+        details = sglang_spec_details(seq)
+        lead = b"" if details is None else self.frame([], sglext={"spec_tokens_details": details})
+        return lead + self.inner.tail(seq, include_usage)
+
+    def response(self, seq: Sequence) -> bytes:
+        body = self.inner.response(seq)
+        details = sglang_spec_details(seq)
+        if details is None:
+            return body
+        return orjson.dumps(orjson.loads(body) | {"sglext": {"spec_tokens_details": details}})
+
+
+def decoded_tokens_per_iter(seq: Sequence) -> float:
+    """TensorRT-LLM's running figure: tokens generated over decoding iterations, the one
+    that yielded the first token counted (1.0 without speculation)."""
+    produced = len(seq.output)
+    if seq.spec is None or not produced:
+        return 1.0
+    return produced / (sum(seq.spec.histogram) + 1)
+
+
+class TrtllmDecodedPerIter(_Wrapped):
+    """``avg_decoded_tokens_per_iter`` on every choice of every content chunk and body."""
+
+    def chunk(self, seq: Sequence, start: int, end: int, finish_reason: str | None) -> bytes:
+        framed = self.inner.chunk(seq, start, end, finish_reason)
+        obj = orjson.loads(framed.removeprefix(b"data: "))
+        return b"data: " + orjson.dumps(self._stamped(obj, seq)) + b"\n\n"
+
+    def response(self, seq: Sequence) -> bytes:
+        return orjson.dumps(self._stamped(orjson.loads(self.inner.response(seq)), seq))
+
+    @staticmethod
+    def _stamped(obj: dict[str, Any], seq: Sequence) -> dict[str, Any]:
+        average = decoded_tokens_per_iter(seq)
+        for choice in obj.get("choices") or ():
+            choice["avg_decoded_tokens_per_iter"] = average
+        return obj
+
+
+def personality_renderer(
+    config: SimConfig, inner: ChunkRenderer, data: dict[str, Any]
+) -> ChunkRenderer:
+    """``inner`` (chat or completions) as the configured engine renders it."""
+    if config.engine == "sglang" and config.speculative:
+        if data.get("return_spec_tokens_details") is True:
+            return SglangSpecDetails(inner)
+    elif config.engine == "trtllm":
+        return TrtllmDecodedPerIter(inner)
+    return inner

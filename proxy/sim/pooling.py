@@ -145,7 +145,8 @@ def detokenize(data: dict[str, Any], vocab: Vocabulary) -> bytes:
     tokens = data.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and t >= 0 for t in tokens):
         raise bad_request("`tokens` must be a list of non-negative integers.", param="tokens")
-    return orjson.dumps({"prompt": "".join(vocab.prompt_piece(t) for t in tokens)})
+    # The inverse of /tokenize, special tokens kept (vLLM decodes without skipping them).
+    return orjson.dumps({"prompt": vocab.decode_prompt(tokens)})
 
 
 def transcription(audio: bytes, vocab: Vocabulary, *, translate: bool) -> bytes:

@@ -3,13 +3,16 @@
 A profile (``EngineProfile``) holds step times on a (batch size, query length) grid, the
 draft steps' costs, the prefill cost per prompt token and the acceptance rates by prompt
 class; ``StepCostModel`` answers "how long does this step take" from it. The bundled
-default is measured on one H200; ``hardware`` derives estimates for other GPUs from it.
+default is measured on one H200; ``hardware`` derives estimates for other GPUs from it, and
+``engines`` each serving engine's profile (vLLM's is the measured one; SGLang's and
+TensorRT-LLM's differ where their sources say they do).
 
 Both the simulator (``proxy.sim``, whose engine advances by these steps) and the router's
 latency model (``proxy.routing.latency``, which predicts TTFT and TPOT from them) read it,
 so neither imports the other.
 """
 
+from proxy.stepcost.engines import ENGINES, EngineName, engine_profile, engine_profile_data
 from proxy.stepcost.hardware import (
     GPUS,
     MEASURED,
@@ -24,6 +27,7 @@ from proxy.stepcost.profile import (
     EngineProfile,
     PromptClass,
     SpecMethod,
+    SpecShape,
     StepCostModel,
     default_profile,
     default_profile_data,
@@ -31,17 +35,22 @@ from proxy.stepcost.profile import (
 )
 
 __all__ = [
+    "ENGINES",
     "GPUS",
     "MEASURED",
     "PROMPT_CLASSES",
+    "EngineName",
     "EngineProfile",
     "GpuSpec",
     "PromptClass",
     "SpecMethod",
+    "SpecShape",
     "StepCostModel",
     "default_profile",
     "default_profile_data",
     "derived_profile_data",
+    "engine_profile",
+    "engine_profile_data",
     "gpu_profile",
     "load_profile",
     "memory_share",

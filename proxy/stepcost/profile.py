@@ -2,7 +2,14 @@
 
 The bundled default (``default_profile.json``) holds step times measured on one H200 for a
 Llama-3.1-8B-shaped model. A profile file (JSON or YAML) given to ``specroute sim --profile``
-is deep-merged over the default, so it may override a single field such as ``acceptance``.
+is deep-merged over the default (or over the engine's own profile, ``proxy/stepcost/engines.py``),
+so it may override a single field such as ``acceptance``.
+
+Besides the measured grid, a profile says how the engine lays out a step where engines
+differ: a speculative step drafted as a tree rather than a chain (``spec_shape``), host work
+that is not hidden behind the GPU (``host_share``), the engine's own cap on running requests
+(``max_running_requests``) and whether prefill chunks ride along with decodes
+(``mixed_prefill``). The defaults describe vLLM and leave the measured costs as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +27,22 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SpecMethod = Literal["none", "ngram", "draft_model", "eagle3"]
 PromptClass = Literal["chat", "code", "rag"]
 PROMPT_CLASSES: tuple[PromptClass, ...] = ("chat", "code", "rag")
+
+
+class SpecShape(BaseModel):
+    """A speculative step drafted as a tree (SGLang's EAGLE) instead of a chain of k drafts.
+
+    ``steps`` is the draft depth the engine picks when not told (its k); each draft forward
+    after the first proposes ``topk`` candidates per sequence, and the verify forward checks
+    ``verify_tokens`` tokens per sequence (the tree's nodes, its root included). With
+    ``topk`` 1 the tree is a chain and the verify forward checks k + 1 tokens.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(ge=1)
+    topk: int = Field(default=1, ge=1)
+    verify_tokens: int = Field(ge=2)
 
 
 class EngineProfile(BaseModel):
@@ -40,6 +63,12 @@ class EngineProfile(BaseModel):
     kv_cache_tokens: int = Field(default=450_000, gt=0)
     max_model_len: int = Field(default=8192, gt=0)
     output_tokens: tuple[int, int] = (64, 512)
+    # By speculation method ("none" for plain decoding): the step layouts, host overheads and
+    # running-request caps where the engine differs from vLLM (the module docstring).
+    spec_shape: dict[str, SpecShape] = Field(default_factory=dict)
+    host_share: dict[str, float] = Field(default_factory=dict)
+    max_running_requests: dict[str, int] = Field(default_factory=dict)
+    mixed_prefill: bool = True
     notes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -63,6 +92,10 @@ class EngineProfile(BaseModel):
         lo, hi = self.output_tokens
         if not 1 <= lo <= hi:
             raise ValueError("output_tokens must be [low, high] with 1 <= low <= high")
+        if any(share < 0 for share in self.host_share.values()):
+            raise ValueError("host_share values must be >= 0")
+        if any(cap < 1 for cap in self.max_running_requests.values()):
+            raise ValueError("max_running_requests values must be >= 1")
         return self
 
 
@@ -112,11 +145,35 @@ class StepCostModel:
     def prefill_ms(self, tokens: int) -> float:
         return tokens * self._profile.prefill_ms_per_token
 
+    def host_factor(self, method: SpecMethod) -> float:
+        """How much longer than its GPU time a step of an engine speculating with ``method``
+        takes, for host work the engine does not overlap with the GPU (1: none)."""
+        return 1.0 + self._profile.host_share.get(method, 0.0)
+
     def spec_step_ms(self, method: SpecMethod, batch: int, k: int) -> float:
-        """A verification step for ``batch`` sequences with ``k`` drafts each, drafting included."""
+        """A verification step for ``batch`` sequences with ``k`` drafts each, drafting included.
+
+        A chain verifies k + 1 tokens per sequence after k draft forwards at ``batch``. A
+        tree (``spec_shape``) runs its drafts as SGLang's EAGLE worker does: one draft
+        extend over the k + 1 tokens of the last verification, then k - 1 draft forwards of
+        ``topk`` candidates per sequence. A draft forward over batch x width tokens costs
+        what the measured head costs for a batch of that many one-token sequences: the head
+        (one decoder layer and the LM head) costs by the token row, and its attention over
+        a short context is a small share of it.
+        """
         if method == "none" or k == 0:
-            return self.step_ms(batch, 1)
-        return self.step_ms(batch, k + 1) + k * self.draft_ms(method, batch)
+            return self.step_ms(batch, 1) * self.host_factor(method)
+        shape = self._profile.spec_shape.get(method)
+        if shape is None:
+            gpu = self.step_ms(batch, k + 1) + k * self.draft_ms(method, batch)
+        else:
+            verify = shape.verify_tokens if shape.topk > 1 else k + 1
+            gpu = (
+                self.step_ms(batch, verify)
+                + self.draft_ms(method, batch * (k + 1))
+                + (k - 1) * self.draft_ms(method, batch * shape.topk)
+            )
+        return gpu * self.host_factor(method)
 
 
 def default_profile_data() -> dict[str, Any]:
@@ -140,10 +197,11 @@ def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def load_profile(path: str | Path) -> EngineProfile:
-    """Read a JSON or YAML profile and lay it over the bundled default."""
+def load_profile(path: str | Path, base: dict[str, Any] | None = None) -> EngineProfile:
+    """Read a JSON or YAML profile and lay it over ``base`` (the bundled default if None)."""
     raw = Path(path).read_bytes()
     data = yaml.safe_load(raw) if str(path).endswith((".yaml", ".yml")) else orjson.loads(raw)
     if not isinstance(data, dict):
         raise ValueError(f"profile {path} must hold a mapping at top level")
-    return EngineProfile.model_validate(_deep_merge(default_profile_data(), data))
+    under = base if base is not None else default_profile_data()
+    return EngineProfile.model_validate(_deep_merge(under, data))

@@ -1,4 +1,12 @@
-"""Canary testing of a new draft head: ramp its traffic share, judge it on evidence.
+"""Canary testing of a new draft head or a new engine: ramp its share, judge it on evidence.
+
+One controller serves both cases. The arms are backend names; :class:`Arms`
+(``canary_arms.py``) records what the policy says of each (engine, speculation method,
+draft tokens per step, draft version), so an *engine migration* (the arms run different
+engines: a vLLM EAGLE-3 pool as baseline, an SGLang one as candidate) is judged by the same
+rule as a new draft head on one engine, and the audit log and ``GET /admin/canary`` name
+each arm's engines. What differs by engine is how acceptance can be measured, hence the
+rules of :func:`acceptance_basis`.
 
 Evidence (per-request acceptance, TPOT with the load it ran at, shadow verdicts) is written
 by every replica to a shared log and read back by all, so the verdict does not depend on
@@ -11,9 +19,12 @@ that degrades slowly is judged on its recent behaviour, not its good start. Deci
 - roll back when acceptance is worse than the baseline by more than allowed with the
   configured confidence (Welch interval on per-request rates), or TPOT at matched load is
   clearly worse;
-- advance when, with enough samples, every criterion passes at that confidence; passing the
-  step before the last share promotes;
+- advance when, with enough samples, every criterion passes at that confidence (and at
+  least one could be evaluated); passing the step before the last share promotes;
 - otherwise keep collecting.
+
+Each verdict names the criterion that decided it (:class:`Criterion`), in the audit record
+as a field of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +43,9 @@ from typing import Any, Literal
 from proxy.policy import Policy
 from proxy.policy.canary import CanaryConfig
 from proxy.records import Outcome, ParsedRequest, RequestInfo, Route
+from proxy.routing.observe import acceptance_of, stream_acceptance
 from proxy.store import Store
+from proxy.verify.canary_arms import Arms
 from proxy.verify.compare import Verdict as ShadowVerdict
 from proxy.verify.groups import GroupRow
 from proxy.verify.stats import Summary, diff_interval, wilson, z_for
@@ -45,6 +58,33 @@ AUDIT_LOG = "canary:audit"
 class ArmName(enum.StrEnum):
     CANDIDATE = "candidate"
     BASELINE = "baseline"
+
+
+class Criterion(enum.StrEnum):
+    """What decided a verdict (a field of the verdict and of its audit record)."""
+
+    EVIDENCE = "evidence"  # not enough requests yet
+    COLLAPSE = "collapse"
+    NUMERICS = "numerics"
+    DRIFT = "drift"
+    ACCEPTANCE = "acceptance"  # against the baseline's
+    MIN_ACCEPTANCE = "min_acceptance"
+    TPOT = "tpot"
+    ALL = "all"  # every evaluated criterion passed
+    OPERATOR = "operator"
+
+
+class Basis(enum.StrEnum):
+    """How a request's acceptance was measured. ``reported``: the engine's own per-request
+    summary (vLLM's ``metrics.speculative_decoding``, or another engine's read into its
+    keys); ``stream``: estimated by the gateway from the stream's shape (one event per
+    engine step), the same way on every engine. An engine that sends several steps in one
+    event reads as higher acceptance there: SGLang's ``--stream-interval``
+    (``ServerArgs.stream_interval``, ``python/sglang/srt/server_args.py``, sgl-project/sglang
+    at 469c63e54e7d) above 1, for one."""
+
+    REPORTED = "reported"
+    STREAM = "stream"
 
 
 # Evidence rows were once written with short keys; rows from replicas still running that
@@ -72,8 +112,9 @@ class RequestEvidence:
     step: int
     arm: ArmName
     load: float
-    tpot: float | None
-    acceptance: float | None = None  # accepted / drafted tokens, when the request drafted
+    tpot: float | None  # streamed requests only (a unary answer arrives whole)
+    acceptance: float | None = None  # accepted / drafted tokens, as the engine reported them
+    stream_acceptance: float | None = None  # the same, from the stream's shape (Basis)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +141,8 @@ def evidence_to_dict(row: EvidenceRow) -> dict[str, Any]:
     }
     if row.acceptance is not None:
         out["acceptance"] = row.acceptance
+    if row.stream_acceptance is not None:
+        out["stream_acceptance"] = row.stream_acceptance
     return out
 
 
@@ -117,6 +160,7 @@ def evidence_from_dict(row: Mapping[str, Any]) -> EvidenceRow | None:
     except ValueError:
         return None
     tpot, acceptance = _read(row, "tpot"), _read(row, "acceptance")
+    streamed = row.get("stream_acceptance")
     return RequestEvidence(
         canary,
         step,
@@ -124,6 +168,7 @@ def evidence_from_dict(row: Mapping[str, Any]) -> EvidenceRow | None:
         float(_read(row, "load") or 1),
         float(tpot) if tpot else None,
         None if acceptance is None else float(acceptance),
+        None if streamed is None else float(streamed),
     )
 
 
@@ -135,11 +180,21 @@ ARM_SAMPLES = 20_000
 
 @dataclass(slots=True)
 class Arm:
-    acceptance: list[float] = field(default_factory=list)
+    requests: int = 0
+    acceptance: list[float] = field(default_factory=list)  # Basis.REPORTED
+    stream_acceptance: list[float] = field(default_factory=list)  # Basis.STREAM
     tpot: list[tuple[float, float]] = field(default_factory=list)  # (load, seconds)
 
+    def samples(self, basis: Basis) -> list[float]:
+        return self.acceptance if basis is Basis.REPORTED else self.stream_acceptance
+
+    def own_basis(self) -> Basis:
+        """The basis this arm has the most samples of (the engine's report on a tie)."""
+        reported, streamed = len(self.acceptance), len(self.stream_acceptance)
+        return Basis.REPORTED if reported >= streamed else Basis.STREAM
+
     def trim(self) -> None:
-        for samples in (self.acceptance, self.tpot):
+        for samples in (self.acceptance, self.stream_acceptance, self.tpot):
             if len(samples) > ARM_SAMPLES:
                 del samples[: len(samples) - ARM_SAMPLES * 3 // 4]
 
@@ -158,6 +213,38 @@ class Verdict:
     action: str  # "advance", "rollback" or "wait"
     reason: str
     details: dict[str, Any]
+    criterion: Criterion = Criterion.EVIDENCE
+
+
+def acceptance_basis(
+    arms: Arms, evidence: Evidence, min_samples: int
+) -> tuple[Basis | None, str | None]:
+    """The basis the arms' acceptance is compared on, or (None, why it is not).
+
+    The engines' own per-request reports where both arms carry them; where one arm's do
+    not (an engine that returns none, or a server started without the flag that turns them
+    on), the stream estimate, which the gateway takes the same way on both arms: a reported
+    rate against an estimated one would compare two measures, not two arms (the estimate
+    counts the first, prefilled, token's step as a drafting one, reading lower on short
+    answers).
+
+    Of two bases both arms have, the one with more samples on its thinner arm. With none
+    in common the comparison waits for evidence until both arms have ``min_samples``
+    requests, then is declared impossible (unary requests to an engine that reports
+    nothing: neither measure), so the canary is judged on the rest instead of stalling.
+    """
+    why = arms.not_comparable()
+    if why is not None:
+        return None, why
+    cand, base = evidence.candidate, evidence.baseline
+    depth = {
+        basis: min(len(cand.samples(basis)), len(base.samples(basis)))
+        for basis in (Basis.REPORTED, Basis.STREAM)
+    }
+    best = max(depth, key=lambda basis: depth[basis])  # the engine's report on a tie
+    if depth[best] or min(cand.requests, base.requests) < min_samples:
+        return best, None
+    return None, "the arms have no measure of acceptance in common (report, stream)"
 
 
 def _tpot_ratio(
@@ -187,34 +274,45 @@ class _Judgement:
     config: CanaryConfig
     evidence: Evidence
     z: float
-    cand: Summary
+    cand: Summary  # the candidate's acceptance, on the compared basis when there is one
     base: Summary
+    basis: Basis | None  # None: acceptance is not compared with the baseline's
     details: dict[str, Any]
     checks: dict[str, bool | None] = field(default_factory=dict)
     drift: tuple[float, float] = (0.0, 1.0)
 
     @classmethod
-    def of(cls, config: CanaryConfig, evidence: Evidence) -> _Judgement:
-        cand = Summary.of(evidence.candidate.acceptance)
-        base = Summary.of(evidence.baseline.acceptance)
+    def of(cls, config: CanaryConfig, evidence: Evidence, arms: Arms) -> _Judgement:
+        basis, why = acceptance_basis(arms, evidence, config.min_samples)
+        own = basis or evidence.candidate.own_basis()
+        cand = Summary.of(evidence.candidate.samples(own))
+        base = Summary.of(evidence.baseline.samples(own))
         details: dict[str, Any] = {
-            "candidate_requests": cand.n,
-            "baseline_requests": base.n,
+            "kind": arms.kind,
+            "candidate_requests": evidence.candidate.requests,
+            "baseline_requests": evidence.baseline.requests,
+            "acceptance_basis": own.value,
+            "acceptance_not_compared": why,
             "candidate_acceptance": cand.mean if cand.n else None,
-            "baseline_acceptance": base.mean if base.n else None,
+            "baseline_acceptance": base.mean if base.n and basis else None,
+            "candidate_acceptance_samples": cand.n,
+            "baseline_acceptance_samples": base.n if basis else 0,
             "shadow_judged": evidence.shadow_judged,
             "shadow_drift": evidence.shadow_drift,
         }
-        return cls(config, evidence, z_for(config.criteria.confidence), cand, base, details)
+        z = z_for(config.criteria.confidence)
+        return cls(config, evidence, z, cand, base, basis, details)
 
-    def verdict(self, action: str, reason: str) -> Verdict:
-        return Verdict(action, reason, self.details)
+    def verdict(self, action: str, reason: str, criterion: Criterion) -> Verdict:
+        return Verdict(action, reason, self.details, criterion)
 
     def collapse(self) -> Verdict | None:
         crit, cand = self.config.criteria, self.cand
         if cand.n >= self.config.min_collapse_samples and cand.mean < crit.collapse_acceptance:
             return self.verdict(
-                "rollback", f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}"
+                "rollback",
+                f"acceptance collapse: {cand.mean:.2f} < {crit.collapse_acceptance}",
+                Criterion.COLLAPSE,
             )
         return None
 
@@ -223,7 +321,9 @@ class _Judgement:
         if differ is None:
             return None
         self.details["numerics_differ"] = differ
-        return self.verdict("rollback", f"numerics differ from the reference: {differ}")
+        return self.verdict(
+            "rollback", f"numerics differ from the reference: {differ}", Criterion.NUMERICS
+        )
 
     def drift_bound(self) -> Verdict | None:
         crit, evidence = self.config.criteria, self.evidence
@@ -233,10 +333,13 @@ class _Judgement:
             return self.verdict(
                 "rollback",
                 f"output drift: rate >= {self.drift[0]:.1%} with {crit.confidence:.0%} confidence",
+                Criterion.DRIFT,
             )
         return None
 
     def acceptance_vs_baseline(self) -> Verdict | None:
+        if self.basis is None:
+            return None  # why is in the details (acceptance_not_compared)
         crit, enough = self.config.criteria, self.config.min_samples
         lo, hi = diff_interval(self.cand, self.base, self.z)
         self.details["acceptance_diff_interval"] = [lo, hi]
@@ -247,6 +350,7 @@ class _Judgement:
             return self.verdict(
                 "rollback",
                 f"acceptance worse than baseline by more than {crit.max_acceptance_drop}",
+                Criterion.ACCEPTANCE,
             )
         self.checks["acceptance"] = lo > -crit.max_acceptance_drop
         return None
@@ -260,7 +364,7 @@ class _Judgement:
             self.checks["min_acceptance"] = None
             return None
         if hi < floor:
-            return self.verdict("rollback", f"acceptance below {floor}")
+            return self.verdict("rollback", f"acceptance below {floor}", Criterion.MIN_ACCEPTANCE)
         self.checks["min_acceptance"] = lo >= floor
         return None
 
@@ -274,7 +378,9 @@ class _Judgement:
             and matched >= config.min_samples
             and ratio > 1 + 2 * crit.max_tpot_increase
         ):
-            return self.verdict("rollback", f"TPOT at matched load {ratio:.2f}x the baseline")
+            return self.verdict(
+                "rollback", f"TPOT at matched load {ratio:.2f}x the baseline", Criterion.TPOT
+            )
         # TPOT is judged only where both arms ran at the same load; without such samples it
         # does not block (recorded as not evaluated).
         self.checks["tpot"] = (
@@ -294,8 +400,14 @@ class _Judgement:
                 or evidence.shadow_drift / judged <= config.criteria.max_drift_rate
             )
         self.details["checks"] = checks
-        if self.cand.n < config.min_samples:
-            return self.verdict("wait", f"{self.cand.n}/{config.min_samples} candidate requests")
+        requests = (evidence.candidate.requests, evidence.baseline.requests)
+        if min(requests) < config.min_samples:
+            return self.verdict(
+                "wait",
+                f"{requests[0]}/{config.min_samples} candidate and "
+                f"{requests[1]}/{config.min_samples} baseline requests",
+                Criterion.EVIDENCE,
+            )
         failing = [name for name, ok in checks.items() if ok is False]
         pending = [
             name
@@ -305,16 +417,24 @@ class _Judgement:
         if config.min_shadow_samples and "drift" not in checks:
             pending.append("drift")
         if failing or pending:
-            return self.verdict("wait", "not yet conclusive: " + ", ".join(failing + pending))
-        return self.verdict("advance", "all criteria pass")
+            return self.verdict(
+                "wait",
+                "not yet conclusive: " + ", ".join(failing + pending),
+                Criterion((failing + pending)[0]),
+            )
+        if not any(checks.values()):
+            # A candidate whose acceptance is not compared, without shadow samples asked
+            # for and without load both arms ran at: nothing was measured, nothing passed.
+            return self.verdict("wait", "no criterion could be evaluated yet", Criterion.EVIDENCE)
+        return self.verdict("advance", "all criteria pass", Criterion.ALL)
 
 
-def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: bool) -> Verdict:
+def evaluate(config: CanaryConfig, evidence: Evidence, arms: Arms) -> Verdict:
     """The decision rule, a pure function of the evidence (unit-tested on its own): clear
     failures roll back at once, in this order; otherwise the criteria decide."""
-    judgement = _Judgement.of(config, evidence)
+    judgement = _Judgement.of(config, evidence, arms)
     steps = [judgement.collapse, judgement.numerics, judgement.drift_bound]
-    if baseline_speculative:
+    if arms.baseline.speculative:
         steps.append(judgement.acceptance_vs_baseline)
     if config.criteria.min_acceptance is not None:
         steps.append(judgement.min_acceptance)
@@ -324,6 +444,13 @@ def evaluate(config: CanaryConfig, evidence: Evidence, baseline_speculative: boo
         if verdict is not None:
             return verdict
     return judgement.conclude()
+
+
+def _rate(measured: tuple[float, float] | None) -> float | None:
+    """Accepted per drafted token, None when nothing was drafted."""
+    if measured is None or measured[1] <= 0:
+        return None
+    return measured[0] / measured[1]
 
 
 def sticky_fraction(name: str, key: str) -> float:
@@ -336,7 +463,7 @@ class CanaryController:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.config: CanaryConfig | None = None
-        self.baseline_speculative = True
+        self.arms: Arms | None = None
         self.state = "running"
         self.step = 0
         self.seq = 0
@@ -347,13 +474,15 @@ class CanaryController:
 
     # -- policy ---------------------------------------------------------------------------------
     def on_policy(self, policy: Policy) -> None:
-        self.configure(policy.canary, policy.baseline_speculative())
+        self.configure(policy.canary, Arms.of(policy))
 
-    def configure(self, config: CanaryConfig | None, baseline_speculative: bool = True) -> None:
+    def configure(self, config: CanaryConfig | None, arms: Arms | None = None) -> None:
+        """``arms``: what the policy says of each arm's backends (:meth:`Arms.named` when
+        not given)."""
         if config is None or self.config is None or config.name != self.config.name:
             self.state, self.step, self.seq, self.evidence = "running", 0, 0, Evidence()
         self.config = config
-        self.baseline_speculative = baseline_speculative
+        self.arms = None if config is None else arms or Arms.named(config)
 
     @property
     def name(self) -> str | None:
@@ -419,17 +548,22 @@ class CanaryController:
             return
         if config.classes is not None and outcome.label not in config.classes:
             return
-        spec = outcome.spec or {}
-        drafted = float(spec.get("num_draft_tokens") or 0)
-        accepted = float(spec.get("num_accepted_draft_tokens") or 0)
+        declared = self.arms.backend(outcome.backend) if self.arms else None
+        k = declared.k if declared is not None else 0
+        # Both measures where both exist: the decision rule compares the arms on one basis
+        # (acceptance_basis), and on an engine migration only the stream's is on both arms.
+        reported = acceptance_of(outcome, k, request.kind) if outcome.spec is not None else None
+        streamed = stream_acceptance(outcome, k, request.kind) if request.stream else None
         self._pending.append(
             RequestEvidence(
                 config.name,
                 self.step,
                 arm,
                 outcome.load,
-                outcome.tpot,
-                accepted / drafted if drafted > 0 else None,
+                # A unary answer arrives whole: its "TPOT" is the time to read the body.
+                outcome.tpot if request.stream else None,
+                _rate(reported),
+                _rate(streamed),
             )
         )
 
@@ -458,19 +592,30 @@ class CanaryController:
             return
         candidate = row.arm is ArmName.CANDIDATE
         arm = self.evidence.candidate if candidate else self.evidence.baseline
+        # Every request counts, whether or not its engine said what it accepted (SGLang
+        # and TensorRT-LLM do not per request): a candidate that never reports would
+        # otherwise never be judged.
+        arm.requests += 1
+        if candidate:
+            self._since_eval += 1
         if row.acceptance is not None:
             arm.acceptance.append(row.acceptance)
-            if candidate:
-                self._since_eval += 1
+        if row.stream_acceptance is not None:
+            arm.stream_acceptance.append(row.stream_acceptance)
         if row.tpot:
             arm.tpot.append((row.load, row.tpot))
         arm.trim()
 
     # -- decisions ------------------------------------------------------------------------------
     async def _transition(
-        self, action: str, to_state: str, reason: str, details: dict[str, Any], actor: str
+        self,
+        action: str,
+        to_state: str,
+        verdict: Verdict,
+        actor: str,
     ) -> None:
         assert self.config is not None
+        assert self.arms is not None
         before = {"state": self.state, "step": self.step, "share": self.share}
         if action == "advance":
             self.step += 1
@@ -486,12 +631,22 @@ class CanaryController:
             "canary": self.config.name,
             "action": action,
             "actor": actor,
-            "reason": reason,
+            "reason": verdict.reason,
+            "criterion": verdict.criterion.value,
+            "kind": self.arms.kind,
             "from": before,
             "to": {"state": self.state, "step": self.step, "share": self.share},
-            "evidence": details,
+            "arms": self.arms.view(),
+            "evidence": verdict.details,
         }
-        log.info("canary %s: %s (%s)", self.config.name, action, reason)
+        log.info(
+            "canary %s (%s): %s on %s (%s)",
+            self.config.name,
+            self.arms.kind,
+            action,
+            verdict.criterion.value,
+            verdict.reason,
+        )
         await self.store.append(AUDIT_LOG, record, maxlen=5000)
         await self._save()
 
@@ -524,15 +679,14 @@ class CanaryController:
             raise ValueError(f"unknown action {action!r}")
         if self.state in ("promoted", "rolled_back") and action != "rollback":
             raise ValueError(f"canary already {self.state}")
-        await self._transition(
-            action, targets[action], "operator request", self.details(), "operator"
-        )
+        request = Verdict(action, "operator request", self.details(), Criterion.OPERATOR)
+        await self._transition(action, targets[action], request, "operator")
         return self.snapshot()
 
     def details(self) -> dict[str, Any]:
-        if self.config is None:
+        if self.config is None or self.arms is None:
             return {}
-        return evaluate(self.config, self.evidence, self.baseline_speculative).details
+        return evaluate(self.config, self.evidence, self.arms).details
 
     async def tick(self) -> None:
         """Flush, merge, re-read shared state, and decide (one round of the control loop)."""
@@ -556,15 +710,12 @@ class CanaryController:
         if self.state != "running" or self._since_eval < self.config.evaluate_every:
             return
         self._since_eval = 0
-        verdict = evaluate(self.config, self.evidence, self.baseline_speculative)
+        assert self.arms is not None
+        verdict = evaluate(self.config, self.evidence, self.arms)
         if verdict.action == "rollback":
-            await self._transition(
-                "rollback", "rolled_back", verdict.reason, verdict.details, "controller"
-            )
+            await self._transition("rollback", "rolled_back", verdict, "controller")
         elif verdict.action == "advance":
-            await self._transition(
-                "advance", "running", verdict.reason, verdict.details, "controller"
-            )
+            await self._transition("advance", "running", verdict, "controller")
 
     async def run(self, interval_s: float = 0.2) -> None:
         while True:
@@ -575,11 +726,13 @@ class CanaryController:
             await asyncio.sleep(interval_s)
 
     def snapshot(self) -> dict[str, Any]:
-        if self.config is None:
+        if self.config is None or self.arms is None:
             return {"configured": False}
         return {
             "configured": True,
             "name": self.config.name,
+            "kind": self.arms.kind,
+            "arms": self.arms.view(),
             "state": self.state,
             "step": self.step,
             "share": self.share,

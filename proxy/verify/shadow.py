@@ -318,6 +318,7 @@ class ShadowVerifier:
             self._replaying[name] -= 1
         if resp.status_code != 200:
             return f"reference answered {resp.status_code}"
+        self.metrics.shadow_replays.labels(name).inc()
         choice = (orjson.loads(resp.content).get("choices") or [{}])[0]
         if parsed.kind == Endpoint.CHAT:
             text = (choice.get("message") or {}).get("content") or ""

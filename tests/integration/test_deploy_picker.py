@@ -3,13 +3,13 @@ plane and ``specroute epp`` would see it.
 
 deploy/kubernetes/examples/envoy-gateway-picker is the single-gpu-dev overlay plus
 components/endpoint-picker and an HTTPRoute. The render is checked to add to single-gpu-dev
-without changing it (but for the engine Services, made headless), so what test_deploy.py
-checks of that overlay holds here too; then the additions: the core objects against the
-Kubernetes schemas (kubernetes-validate, strict), the InferencePool against the vendored
-CRD as the API server would check it, and the parts against each other: the pool against the
-engine pods, its endpointPickerRef against the picker's Service and container, the picker's
-arguments and environment against its settings, the NetworkPolicies against who must reach
-whom.
+without changing it, so what test_deploy.py checks of that overlay holds here too; then the
+additions: the core objects against the Kubernetes schemas (kubernetes-validate, strict),
+the InferencePool against the vendored CRD as the API server would check it, and the parts
+against each other: the pool against the engine pods, the picker's discovery against the
+pool and the gateway's policy, its Role against what discovery calls, its endpointPickerRef
+against the picker's Service and container, the picker's arguments and environment against
+its settings, the NetworkPolicies against who must reach whom.
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ import pytest
 import yaml
 
 from proxy.cli import build_parser
-from proxy.policy import parse_policy
+from proxy.discovery import Pod, backend_for, with_pods
+from proxy.discovery.kubeapi import SERVICE_ACCOUNT
+from proxy.policy import Policy, parse_policy
 from proxy.settings import ENV_PREFIX, Settings
-from tests.integration.test_deploy import KUBERNETES_VERSION, _service_for
+from tests.integration.test_deploy import KUBERNETES_VERSION
 from tests.kustomize_render import REPO, Rendered, container, kustomize, selects
 
 EXAMPLE = REPO / "deploy/kubernetes/examples/envoy-gateway-picker"
@@ -76,31 +78,26 @@ def _key(obj: dict[str, Any]) -> tuple[str, str]:
 # -- the component adds to a deployment -----------------------------------------------------
 
 
-def test_the_component_adds_to_the_overlay_and_changes_only_the_engine_services(
+def test_the_component_adds_to_the_overlay_and_changes_nothing_of_it(
     rendered: Rendered, base: Rendered
 ) -> None:
+    """The picker finds the engine pods through the API: the engine Services stay as they
+    are (no headless Services to recreate on a running install)."""
     ours = {_key(o): o for o in rendered.objects}
     theirs = {_key(o): o for o in base.objects}
     assert set(theirs) <= set(ours), set(theirs) - set(ours)
-    engine_services = {
-        _key(s)
-        for s in base.of_kind("Service")
-        if s["metadata"]["labels"].get("app.kubernetes.io/component") == "engine"
-    }
-    assert len(engine_services) == len(base.engines())
     for key, obj in theirs.items():
-        if key in engine_services:
-            assert "clusterIP" not in obj["spec"]
-            assert ours[key]["spec"] == obj["spec"] | {"clusterIP": "None"}, key
-        else:
-            assert ours[key] == obj, key
+        assert ours[key] == obj, key
     added = sorted(k for k, _ in set(ours) - set(theirs))
     assert added == [
+        "ConfigMap",
         "Deployment",
         "HTTPRoute",
         "InferencePool",
         *["NetworkPolicy"] * 4,
         "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
         "Service",
         "ServiceAccount",
     ]
@@ -334,26 +331,50 @@ def test_the_pool_selects_the_engine_pods_on_their_port(rendered: Rendered) -> N
         assert {p["containerPort"] for p in container(engine)["ports"]} == target_ports
 
 
-def test_every_backend_url_resolves_to_a_pool_member(rendered: Rendered) -> None:
-    """The picker answers with what a backend URL's host resolves to and the URL's port: a
-    headless Service over one engine pod makes that the pod's ip:port, a pool member."""
-    policy = parse_policy(rendered.policy_text)
+def _picker_policy(rendered: Rendered) -> Policy:
+    config_map = rendered.get("ConfigMap", "specroute-epp-policy")
+    return parse_policy(config_map["data"]["policy.yaml"], "ConfigMap specroute-epp-policy")
+
+
+def test_the_picker_discovers_the_pools_members_on_its_target_port(rendered: Rendered) -> None:
+    """The picker's backends are the pods the InferencePool selects, on its target port: the
+    ip:port it answers is a member of the pool."""
+    policy = _picker_policy(rendered)
+    assert policy.backends == [] and policy.discovery is not None
+    source = policy.discovery.kubernetes
     spec = _pool(rendered)["spec"]
-    target_ports = {p["number"] for p in spec["targetPorts"]}
-    for backend in policy.backends:
-        name, namespace, port = _service_for(backend.url, rendered.namespace)
-        service = rendered.get("Service", name)
-        assert namespace == service["metadata"]["namespace"], backend.url
-        assert service["spec"]["clusterIP"] == "None", f"{name}: not headless"
-        [engine] = _pods_of(rendered, service["spec"]["selector"])
-        assert engine["spec"]["replicas"] == 1, "one URL, one engine"
-        assert selects(
-            spec["selector"]["matchLabels"], engine["spec"]["template"]["metadata"]["labels"]
-        )
-        # A headless Service remaps no port: the URL's port is the pod's.
-        [service_port] = [p for p in service["spec"]["ports"] if p["port"] == port]
-        assert _named_port(engine, service_port["targetPort"]) == port
-        assert port in target_ports, backend.url
+    assert source.selector.matchLabels == spec["selector"]["matchLabels"]
+    assert source.port in {p["number"] for p in spec["targetPorts"]}
+    assert source.namespace in (None, rendered.namespace)  # None: the picker's own
+    assert source.api_url is None  # in-cluster
+
+
+def _engine_pod(engine: dict[str, Any], ip: str) -> Pod:
+    """A ready pod of an engine Deployment, as the API would list it."""
+    metadata = engine["spec"]["template"]["metadata"]
+    return Pod(f"{engine['metadata']['name']}-6c9f7-x2x4q", ip, True, False, metadata["labels"])
+
+
+def test_the_discovered_engines_are_the_backends_the_gateway_names(rendered: Rendered) -> None:
+    """One engine, routed alike by both faces: each engine pod becomes, in the picker, the
+    backend the gateway's policy has for the engine's pool (model, engine, speculation)."""
+    picker = _picker_policy(rendered)
+    assert picker.discovery is not None
+    gateway = {b.pool: b for b in parse_policy(rendered.policy_text).backends}
+    pods = [_engine_pod(e, f"10.1.0.{i}") for i, e in enumerate(rendered.engines(), start=1)]
+    for pod in pods:
+        found = backend_for(pod, picker.discovery)
+        assert found.url == f"http://{pod.ip}:{picker.discovery.kubernetes.port}"
+        known = gateway[found.pool]
+        assert (found.model, found.engine, found.speculation, found.draft_version) == (
+            known.model,
+            known.engine,
+            known.speculation,
+            known.draft_version,
+        ), found.pool
+    expanded = with_pods(picker, pods)  # the whole policy, as the picker would put in force
+    assert expanded.pool_names() == sorted(gateway)
+    assert expanded.shadow.reference_pool in expanded.pool_names()
 
 
 # -- the picker -----------------------------------------------------------------------------
@@ -431,7 +452,7 @@ def test_the_picker_environment_and_arguments_are_its_settings(rendered: Rendere
     assert settings.grpc_tls == "self-signed"
 
 
-def test_the_picker_shares_the_gateways_policy_secrets_redis_and_image(
+def test_the_picker_shares_the_gateways_secrets_redis_server_and_image(
     rendered: Rendered,
 ) -> None:
     picker = rendered.get("Deployment", PICKER)
@@ -439,7 +460,14 @@ def test_the_picker_shares_the_gateways_policy_secrets_redis_and_image(
     assert container(picker)["image"] == container(gateway)["image"]
     settings = _picker_settings(rendered)
     gateway_environ = _environ(rendered, gateway)
-    assert settings.redis_url == gateway_environ["SPECROUTE_REDIS_URL"]
+    # The same Redis, another database: replicas adopt the policy stored in theirs, and the
+    # picker's (discovery) is not the gateway's.
+    ours, theirs = (
+        urlsplit(settings.redis_url or ""),
+        urlsplit(gateway_environ["SPECROUTE_REDIS_URL"]),
+    )
+    assert ours._replace(path="") == theirs._replace(path="")
+    assert ours.path != theirs.path
     assert settings.admin_token == gateway_environ["SPECROUTE_ADMIN_TOKEN"]
     assert urlsplit(settings.redis_url or "").hostname in {
         s["metadata"]["name"] for s in rendered.of_kind("Service")
@@ -452,10 +480,45 @@ def test_the_picker_shares_the_gateways_policy_secrets_redis_and_image(
         ]
         return mount, volumes[mount["name"]]
 
-    assert policy_mount(picker) == policy_mount(gateway)
     mount, volume = policy_mount(picker)
-    assert volume["configMap"]["name"] == "specroute-policy"
+    assert mount["mountPath"] == policy_mount(gateway)[0]["mountPath"]
+    assert volume["configMap"]["name"] == "specroute-epp-policy"
     assert settings.policy_path == Path(mount["mountPath"]) / "policy.yaml"
+
+
+def test_the_picker_may_list_and_watch_pods_and_nothing_more(rendered: Rendered) -> None:
+    deployment = rendered.get("Deployment", PICKER)
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    [binding] = [
+        b
+        for b in rendered.of_kind("RoleBinding")
+        if {"kind": "ServiceAccount", "name": account, "namespace": rendered.namespace}
+        in b["subjects"]
+    ]
+    assert binding["roleRef"]["kind"] == "Role"
+    assert not rendered.of_kind("ClusterRoleBinding")
+    role = rendered.get("Role", binding["roleRef"]["name"])
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    # Not automounted (test_the_picker_runs_hardened_as_the_gateway): the token, CA and
+    # namespace projected where discovery reads them, into the picker's container alone.
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    [mount] = [
+        m for m in container(deployment)["volumeMounts"] if m["mountPath"] == str(SERVICE_ACCOUNT)
+    ]
+    assert mount["readOnly"] is True
+    sources = volumes[mount["name"]]["projected"]["sources"]
+    paths = {
+        item["path"]
+        for source in sources
+        for item in (
+            [source["serviceAccountToken"]]
+            if "serviceAccountToken" in source
+            else next(iter(source.values()))["items"]
+        )
+    }
+    assert paths == {"token", "ca.crt", "namespace"}
 
 
 def test_the_picker_probes_are_the_grpc_health_services(rendered: Rendered) -> None:

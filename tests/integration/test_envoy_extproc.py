@@ -161,7 +161,7 @@ async def test_large_request_body_passes(r: Rig) -> None:
     async with r.client() as client:
         # The backend's own answer (its context is 8192 tokens) proves it counted the
         # whole prompt: the body went through the picker and Envoy unshortened.
-        with pytest.raises(openai.BadRequestError, match="180013 input tokens"):
+        with pytest.raises(openai.BadRequestError, match="180014 input tokens"):
             await client.chat.completions.create(
                 model="sim-m", messages=[{"role": "user", "content": content}], max_tokens=2
             )
@@ -235,7 +235,11 @@ async def test_original_dst_refuses_a_fallback_list(r: Rig) -> None:
             r.envoy.url + "/v1/chat/completions",
             json={"model": "sim-m", "messages": MESSAGES, "max_tokens": 2},
         )
-    assert resp.status_code == 503 and resp.text == "no healthy upstream"
+    # Envoy's own reply, in OpenAI's shape (the shipped local reply mapper): flag UH.
+    assert resp.status_code == 503
+    error = resp.json()["error"]
+    assert error["code"] == "upstream_error"
+    assert error["message"] == "no healthy upstream (UH)"
     assert (
         r.envoy.stats("original_dst_host_invalid")[
             "cluster.original_destination.original_dst_host_invalid"

@@ -16,10 +16,10 @@ import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.sim.config import SimConfig
 from proxy.sim.server import SimServer, run_sim_in_thread
+from tests.engine_rig import engine_finished
 from tests.envoy_rig import EnvoyHandle
 from tests.epp_rig import envoy_for, run_picker
 from tests.gateway_rig import GatewayHandle, free_port, sim_backend, write_policy
@@ -119,17 +119,7 @@ def client(envoy: EnvoyHandle, key: str = GOOD) -> openai.OpenAI:
 
 def served(sims: dict[str, Engine]) -> dict[str, float]:
     """Requests each engine finished, by its own /metrics."""
-    counts: dict[str, float] = {}
-    for name, sim in sims.items():
-        text = httpx.get(sim.url + "/metrics", timeout=10).text
-        counts[name] = sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            if family.name == "vllm:request_success"
-            for sample in family.samples
-            if sample.name.endswith("_total")
-        )
-    return counts
+    return {name: engine_finished(sim.url) for name, sim in sims.items()}
 
 
 def settled(picker: GatewayHandle) -> None:

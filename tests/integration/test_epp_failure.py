@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -111,6 +112,10 @@ def test_a_killed_picker_fails_closed_and_nothing_hangs(
             )
             assert response.status_code == 500
             assert time.monotonic() - started < 15
+            # In OpenAI's shape (Envoy's local reply mapper), naming the picker.
+            error = response.json()["error"]
+            assert error["code"] == "picker_unavailable"
+            assert "endpoint picker" in error["message"]
             # The picker back on its port: served again.
             picker = PickerProcess(policy, grpc_port)
             reply = client.chat.completions.with_raw_response.create(
@@ -119,3 +124,38 @@ def test_a_killed_picker_fails_closed_and_nothing_hangs(
             assert reply.headers["x-specroute-backend"] == "b"
     finally:
         picker.kill()
+
+
+def test_a_backend_that_never_answers_is_given_up_at_the_idle_timeout(tmp_path: Path) -> None:
+    """Through Envoy, an engine that accepts a request and never answers ends it with an
+    OpenAI-shaped error at the route's idle timeout (shortened here), not a hang."""
+    with run_sim_in_thread(SimConfig()) as hung:
+        policy = write_policy(
+            tmp_path / "p.yaml", {"backends": [sim_backend("b", hung.url, "plain")]}
+        )
+        grpc_port = free_port()
+        picker = PickerProcess(policy, grpc_port)
+
+        def short_idle(config: dict[str, Any]) -> None:
+            hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+            routes = hcm["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+            assert {r["route"]["idle_timeout"] for r in routes} == {"60s"}  # as shipped
+            for route in routes:
+                route["route"]["idle_timeout"] = "1s"
+
+        try:
+            with run_envoy(grpc_port, edit=short_idle) as envoy:
+                httpx.post(f"{hung.url}/admin/faults", json={"hang": True}, timeout=5)
+                started = time.monotonic()
+                response = httpx.post(
+                    envoy.url + "/v1/chat/completions",
+                    json={"model": MODEL, "messages": CHAT, "max_tokens": 3},
+                    timeout=15,
+                )
+                assert time.monotonic() - started < 10
+                assert response.status_code == 504, response.text
+                error = response.json()["error"]
+                assert error["code"] == "upstream_error"
+                assert "SI" in error["message"], error  # Envoy's stream idle timeout flag
+        finally:
+            picker.kill()

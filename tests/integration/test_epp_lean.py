@@ -89,6 +89,39 @@ def test_a_client_that_leaves_is_released(picker: GatewayHandle, envoy: EnvoyHan
     assert len(_ledger(picker)) == 0
 
 
+def test_a_killed_envoy_releases_what_it_relayed(picker: GatewayHandle) -> None:
+    """An Envoy SIGKILLed mid-stream never logs that stream's end: once its access log
+    connection is gone (and stays gone for the ledger's grace), the picker releases the
+    requests picked on that connection, so in flight returns to zero in seconds, not at
+    the 15-minute sweep."""
+    ledger = _ledger(picker)
+    assert ledger.max_wait_s > 60  # what the release must beat
+    with envoy_for(picker) as doomed:
+        client = openai.OpenAI(base_url=doomed.url + "/v1", api_key="x", max_retries=0)
+        # A whole request first: its entry opens the access log stream.
+        assert client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2)
+        picker.wait_for(lambda: _backend(picker).local_inflight == 0, 10, "the first's end")
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 5000, "stream": True}
+        body["ignore_eos"] = True
+        url = doomed.url + "/v1/chat/completions"
+        with httpx.Client(timeout=10) as http, http.stream("POST", url, json=body) as response:
+            assert response.status_code == 200
+            chunks = response.iter_raw()
+            next(chunks)
+            assert _backend(picker).local_inflight == 1
+            assert len(ledger) == 1
+            doomed.kill()
+            with pytest.raises(httpx.HTTPError):  # the stream breaks, visibly
+                for _ in chunks:
+                    pass
+        picker.wait_for(
+            lambda: _backend(picker).local_inflight == 0,
+            ledger.orphan_grace_s + 10,
+            "the dead Envoy's requests released",
+        )
+        assert len(ledger) == 0
+
+
 def _counted(picker: GatewayHandle, family_name: str) -> float:
     """A counter's total (``_total``) or a histogram's count, over every label set."""
     return sum(

@@ -1,7 +1,9 @@
 """A mixed fleet as one: vLLM (plain), SGLang (EAGLE-3) and TensorRT-LLM (n-gram) simulated
 behind ``specroute serve``, driven by the official OpenAI SDK. Each engine serves streamed
-and unary requests, its errors reach the client in OpenAI's shape, and its own metrics land
-in the same fleet view (``GET /admin/fleet``) in the same units."""
+and unary requests, its errors reach the client in OpenAI's shape, its own metrics land in
+the same fleet view (``GET /admin/fleet``) in the same units, and its per-request
+speculation facts feed acceptance by prompt class as vLLM's do. The vLLM personality's
+``/detokenize`` inverts its ``/tokenize``."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from proxy.settings import Settings
 from proxy.sim.config import SimConfig
 from proxy.sim.server import SimServer, run_sim_in_thread
+from tests.engine_rig import drafted_so_far, fed, pinned
 from tests.gateway_rig import GatewayHandle, run_gateway, sim_backend, write_policy
 
 MODEL = "sim-llama-8b"
@@ -76,23 +79,10 @@ def client(gw: GatewayHandle) -> openai.OpenAI:
     return openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
 
 
-@contextlib.contextmanager
-def pinned(gw: GatewayHandle, name: str) -> Iterator[None]:
-    """Traffic only to ``name``: the other backends quarantined, released afterwards."""
-    others = [other for other in ENGINES if other != name]
-    for other in others:
-        httpx.post(f"{gw.url}/admin/quarantine/{other}", timeout=10).raise_for_status()
-    try:
-        yield
-    finally:
-        for other in others:
-            httpx.delete(f"{gw.url}/admin/quarantine/{other}", timeout=10).raise_for_status()
-
-
 @pytest.fixture
 def only(gw: GatewayHandle) -> Iterator[Callable[[str], None]]:
     with contextlib.ExitStack() as stack:
-        yield lambda name: stack.enter_context(pinned(gw, name))
+        yield lambda name: stack.enter_context(pinned(gw.url, ENGINES, name))
 
 
 @pytest.mark.parametrize("backend", sorted(ENGINES))
@@ -157,7 +147,7 @@ def test_sglang_error_reaches_the_client_in_openai_shape(gw: GatewayHandle, only
 def test_each_engines_metrics_in_one_fleet_view(gw: GatewayHandle, client: openai.OpenAI) -> None:
     fleet = gw.runtime.fleet
     for name in ENGINES:
-        with pinned(gw, name):
+        with pinned(gw.url, ENGINES, name):
             for _ in range(2):
                 client.chat.completions.create(
                     model=MODEL, messages=CODE, max_tokens=32, temperature=0
@@ -182,3 +172,74 @@ def test_each_engines_metrics_in_one_fleet_view(gw: GatewayHandle, client: opena
     for name in ("sglang-eagle3", "trtllm-ngram"):
         acceptance = view[name]["window_acceptance"]
         assert acceptance is not None and 0.0 < acceptance <= 1.0, view[name]
+
+
+@pytest.mark.parametrize("backend", ["sglang-eagle3", "trtllm-ngram"])
+def test_engine_facts_feed_acceptance_by_prompt_class(
+    backend: str,
+    gw: GatewayHandle,
+    client: openai.OpenAI,
+    sims: dict[str, SimServer],
+    only: Callable[[str], None],
+) -> None:
+    only(backend)
+    sim = sims[backend]
+    # A slow link merges engine steps into fewer chunks: the stream's shape no longer tells
+    # the steps (and a unary body never does), so only the engine's own facts are exact.
+    httpx.post(sim.url + "/admin/faults", json={"drip_ms": 30}, timeout=5).raise_for_status()
+    try:
+        with fed(gw.runtime) as calls:
+            before = drafted_so_far(sim)
+            client.chat.completions.create(model=MODEL, messages=CODE, max_tokens=40, temperature=0)
+            # Not asked by the client: SGLang's details chunk does not reach it.
+            stream = client.chat.completions.create(
+                model=MODEL, messages=CODE, max_tokens=40, temperature=0, stream=True
+            )
+            chunks = list(stream)
+            gw.wait_for(lambda: len(calls) >= 2, what="both requests observed")
+            after = drafted_so_far(sim)
+    finally:
+        httpx.delete(sim.url + "/admin/faults", timeout=5).raise_for_status()
+    assert all(chunk.choices for chunk in chunks)
+    assert [(name, label) for name, label, _, _ in calls] == [(backend, "code")] * 2
+    accepted = sum(call[2] for call in calls)
+    drafted = sum(call[3] for call in calls)
+    assert (accepted, drafted) == (after[0] - before[0], after[1] - before[1])
+    assert 0 < accepted < drafted
+
+
+def test_sglang_details_reach_a_client_that_asks(
+    client: openai.OpenAI, only: Callable[[str], None]
+) -> None:
+    only("sglang-eagle3")
+    ask = {"return_spec_tokens_details": True}
+    reply = client.chat.completions.create(
+        model=MODEL, messages=CODE, max_tokens=16, temperature=0, extra_body=ask
+    )
+    details = (reply.model_extra or {})["sglext"]["spec_tokens_details"]
+    assert details["spec_verify_ct"] > 0
+    stream = client.chat.completions.create(
+        model=MODEL, messages=CODE, max_tokens=16, temperature=0, stream=True, extra_body=ask
+    )
+    carrying = [c for c in stream if "sglext" in (c.model_extra or {})]
+    assert len(carrying) == 1 and carrying[0].choices == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["hello world", "Hello, wörld! 日本語 🎉\n\tdef f(x_1):\n    return x_1 * 2", ""],
+)
+def test_vllm_detokenize_inverts_tokenize_through_the_gateway(
+    text: str, gw: GatewayHandle, only: Callable[[str], None]
+) -> None:
+    only("vllm-plain")
+    for special, expected in ((False, text), (True, "<|begin_of_text|>" + text)):
+        tokens = httpx.post(
+            gw.url + "/tokenize",
+            json={"model": MODEL, "prompt": text, "add_special_tokens": special},
+            timeout=10,
+        )
+        assert tokens.status_code == 200, tokens.text
+        ids = tokens.json()["tokens"]
+        back = httpx.post(gw.url + "/detokenize", json={"model": MODEL, "tokens": ids}, timeout=10)
+        assert back.status_code == 200 and back.json() == {"prompt": expected}

@@ -187,7 +187,7 @@ def test_method_and_k_disagreeing_with_the_policy_are_refused(fleet: Fleet) -> N
     assert "the policy says ngram, the engine runs suffix" in finding
     fleet.launch("ngram", **{"speculative-config": _spec("ngram", 8)})
     [finding] = fleet.check()
-    assert "the policy's k=4 but the engine drafts num_speculative_tokens=8" in finding
+    assert "the policy's k=4 but the engine drafts 8 per step (num_speculative_tokens=8)" in finding
 
 
 def test_a_method_left_to_vllm_to_guess_is_refused(fleet: Fleet) -> None:
@@ -246,8 +246,9 @@ def test_launch_configs_read_like_vllm_reads_them(tmp_path: Path) -> None:
     assert launch.served_as() == ("a", "b")
     assert launch.tensor_parallel_size == 4
     assert launch.speculative is not None
-    assert (launch.speculative.method, launch.speculative.num_speculative_tokens) == ("eagle3", 2)
-    assert launch.per_request_metrics == "none"
+    assert (launch.speculative.method, launch.speculative.k) == ("eagle3", 2)
+    [issue] = launch.issues  # no per-request-spec-decode-metrics on a speculative engine
+    assert (issue.level, "estimates acceptance" in issue.message) == ("warning", True)
 
 
 def test_unreadable_launch_configs_are_refused_with_the_reason(fleet: Fleet) -> None:

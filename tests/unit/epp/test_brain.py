@@ -41,10 +41,15 @@ class Recorder:
 
 
 async def brain(
-    *, fallbacks: int = 0, keys: bool = False, **sections: Any
+    *,
+    fallbacks: int = 0,
+    keys: bool = False,
+    specs: dict[str, dict[str, Any]] | None = None,
+    **sections: Any,
 ) -> tuple[PickerBrain, Recorder]:
+    """The brain over backends a, b, c (plain vLLM; ``specs``: fields of some replaced)."""
     backends = [
-        {"name": n, "url": f"http://{a}", "model": "m", "pool": "plain"}
+        {"name": n, "url": f"http://{a}", "model": "m", "pool": "plain", **(specs or {}).get(n, {})}
         for n, a in ADDRESSES.items()
     ]
     policy = make_policy(*backends, **sections)
@@ -323,3 +328,142 @@ async def test_a_lean_exchange_releases_on_its_end_and_knows_whole_from_cut() ->
         (False, False, None),
         (True, False, None),
     ]
+
+
+# b: SGLang with EAGLE-3 (3 drafts a step), c: TensorRT-LLM with n-gram (4 a step).
+ENGINES = {
+    "b": {"pool": "eagle3", "engine": "sglang", "speculation": {"method": "eagle3", "k": 3}},
+    "c": {"pool": "ngram", "engine": "trtllm", "speculation": {"method": "ngram", "k": 4}},
+}
+# SGLang's details chunk (sglext.spec_tokens_details), between the content and the usage.
+SGLANG_DETAILS = (
+    b'data: {"choices":[],"sglext":{"spec_tokens_details":{"spec_verify_ct":4,'
+    b'"spec_num_proposed_drafts":12,"spec_num_correct_drafts":5,'
+    b'"spec_correct_drafts_histogram":[1,2,1]}}}\n\n'
+)
+USAGE_9 = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}\n\n'
+
+
+def spec_of(outcome: Outcome) -> tuple[int, int] | None:
+    spec = outcome.spec
+    if spec is None:
+        return None
+    return spec["num_accepted_draft_tokens"], spec["num_draft_tokens"]
+
+
+async def test_sglang_is_asked_for_its_facts_which_feed_the_outcome_and_leave_the_stream() -> None:
+    picker, recorder = await brain(specs=ENGINES)
+    pick, exchange = await picked(picker, request(STREAM, subset=(ADDRESSES["b"],)))
+    assert pick.endpoints == (ADDRESSES["b"],) and pick.read_body
+    assert pick.body is not None
+    sent = orjson.loads(pick.body)
+    assert sent["return_spec_tokens_details"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+    exchange.response_headers(200, {"content-type": "text/event-stream"}, None)
+    content = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+    out = exchange.body(content + SGLANG_DETAILS[:30], False)
+    out += exchange.body(SGLANG_DETAILS[30:] + USAGE_9 + b"data: [DONE]\n\n", True)
+    # Neither the details nor the usage were the client's asking: both taken out again.
+    assert out == content + b"data: [DONE]\n\n"
+    exchange.close(True)
+    [outcome] = recorder.heard
+    assert outcome.backend == "b" and spec_of(outcome) == (5, 12)
+    assert outcome.spec is not None and outcome.spec["acceptance_histogram"] == [1, 2, 1]
+
+
+async def test_sglang_details_stay_for_a_client_that_asked_and_unary_bodies_are_read() -> None:
+    picker, recorder = await brain(specs=ENGINES)
+    asked = {**STREAM, "return_spec_tokens_details": True}
+    asked["stream_options"] = {"include_usage": True}
+    pick, exchange = await picked(picker, request(asked, subset=(ADDRESSES["b"],)))
+    assert pick.body is None  # the client's own body asks for all of it
+    exchange.response_headers(200, {}, None)
+    whole = SGLANG_DETAILS + USAGE_9 + b"data: [DONE]\n\n"
+    assert exchange.body(whole, True) == whole
+    exchange.close(True)
+    unary = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    pick, exchange = await picked(picker, request(unary, subset=(ADDRESSES["b"],)))
+    assert pick.body is not None and orjson.loads(pick.body)["return_spec_tokens_details"]
+    exchange.response_headers(200, {"content-type": "application/json"}, None)
+    answer = {
+        "choices": [{"message": {"content": "hi"}}],
+        "usage": {"completion_tokens": 9},
+        "sglext": {"spec_tokens_details": {"spec_verify_ct": 2, "spec_num_correct_drafts": 3}},
+    }
+    exchange.body(orjson.dumps(answer), True)
+    exchange.close(True)
+    # Without the proposed count (older servers), every step drafted k.
+    assert [spec_of(o) for o in recorder.heard] == [(5, 12), (3, 6)]
+
+
+async def test_trtllm_is_asked_nothing_and_its_average_gives_the_facts() -> None:
+    picker, recorder = await brain(specs=ENGINES)
+    unary = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    pick, exchange = await picked(picker, request(unary, subset=(ADDRESSES["c"],)))
+    assert pick.body is None  # its request models refuse unknown fields
+    exchange.response_headers(200, {"content-type": "application/json"}, None)
+    answer = {
+        "choices": [{"message": {"content": "hi"}, "avg_decoded_tokens_per_iter": 3.0}],
+        "usage": {"completion_tokens": 9},
+    }
+    exchange.body(orjson.dumps(answer), True)
+    exchange.close(True)
+    # 9 tokens in 3 iterations: 2 verification steps of 4 drafts, 6 of them accepted.
+    [outcome] = recorder.heard
+    assert spec_of(outcome) == (6, 8)
+
+
+async def test_sglang_is_asked_only_for_responses_the_picker_reads() -> None:
+    picker, recorder = await brain(specs=ENGINES)
+    picker.sample_every = 2
+    picks = [
+        (await picked(picker, lean(request(STREAM, subset=(ADDRESSES["b"],))))) for _ in range(2)
+    ]
+    assert [p.read_body for p, _ in picks] == [False, True]
+    assert picks[0][0].body is None
+    read = picks[1][0].body
+    assert read is not None and orjson.loads(read)["return_spec_tokens_details"] is True
+    # The copy read has no usage asked (it cannot be taken out): the details still count.
+    assert "stream_options" not in orjson.loads(read)
+    for pick, exchange in picks:
+        exchange.response_headers(200, {"content-type": "text/event-stream"}, None)
+        if pick.read_body:
+            exchange.body(SGLANG_DETAILS + b"data: [DONE]\n\n", True)
+        exchange.close(True)
+    assert [spec_of(o) for o in recorder.heard] == [None, (5, 12)]
+
+
+async def test_sglang_is_not_asked_when_a_fallback_runs_another_engine() -> None:
+    specs = {**ENGINES, "a": ENGINES["b"]}  # a and b SGLang, c TensorRT-LLM
+    picker, _ = await brain(specs=specs, fallbacks=1)
+    one_engine = (ADDRESSES["a"], ADDRESSES["b"])
+    pick, exchange = await picked(picker, request(STREAM, subset=one_engine))
+    assert pick.body is not None and "return_spec_tokens_details" in orjson.loads(pick.body)
+    exchange.close(True)
+    mixed = (ADDRESSES["b"], ADDRESSES["c"])
+    for _ in range(4):
+        pick, exchange = await picked(picker, request(STREAM, subset=mixed))
+        assert len(pick.endpoints) == 2
+        assert pick.body is not None and "return_spec_tokens_details" not in pick.body.decode()
+        exchange.close(True)
+
+
+async def test_a_response_served_by_a_fallback_is_read_as_its_engine_reports() -> None:
+    specs = {**ENGINES, "a": ENGINES["c"]}  # a and c TensorRT-LLM (n-gram, 4)
+    specs["a"] = {**specs["a"], "speculation": {"method": "ngram", "k": 2}}
+    picker, recorder = await brain(specs=specs, fallbacks=1)
+    unary = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    pick, exchange = await picked(picker, request(unary, subset=(ADDRESSES["a"], ADDRESSES["c"])))
+    other = pick.endpoints[1]
+    exchange.response_headers(200, {"content-type": "application/json"}, other)
+    answer = {
+        "choices": [{"message": {"content": "hi"}, "avg_decoded_tokens_per_iter": 1.5}],
+        "usage": {"completion_tokens": 9},
+    }
+    exchange.body(orjson.dumps(answer), True)
+    exchange.close(True)
+    [outcome] = recorder.heard
+    k = 2 if picker.endpoints.backend_at(other) == "a" else 4
+    assert outcome.backend == picker.endpoints.backend_at(other)
+    # 9 tokens in 6 iterations: 5 steps of k drafts, 3 accepted.
+    assert spec_of(outcome) == (3, 5 * k)

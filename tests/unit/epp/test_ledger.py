@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from envoy.data.accesslog.v3 import accesslog_pb2
@@ -84,3 +85,34 @@ def test_a_response_is_whole_unless_a_flag_says_who_cut_it() -> None:
     assert not complete(entry(200, downstream_remote_reset=True))
     assert not complete(entry(200, upstream_remote_reset=True))  # the engine reset
     assert not complete(entry(0, upstream_connection_failure=True))  # never answered
+
+
+async def test_a_connection_whose_log_is_gone_releases_its_exchanges() -> None:
+    ledger = EndLedger(orphan_grace_s=0.05)
+    dead, alive, unknown = Closing(), Closing(), Closing()
+    ledger.expect("a", dead, peer="ipv4:127.0.0.1:1111")
+    ledger.expect("b", alive, peer="ipv4:127.0.0.1:2222")
+    ledger.expect("c", unknown)  # no peer known: only the sweep may close it
+    ledger.log_stream_opened("ipv4:127.0.0.1:1111")
+    ledger.log_stream_opened("ipv4:127.0.0.1:2222")
+    ledger.log_stream_closed("ipv4:127.0.0.1:1111")
+    assert dead.closes == []  # not at once: the stream may come back
+    await asyncio.sleep(0.2)
+    assert dead.closes == [False]
+    assert alive.closes == [] and unknown.closes == []
+    assert len(ledger) == 2
+
+
+async def test_a_log_stream_that_comes_back_in_time_keeps_its_exchanges() -> None:
+    ledger = EndLedger(orphan_grace_s=0.05)
+    exchange = Closing()
+    peer = "ipv4:127.0.0.1:1111"
+    ledger.expect("a", exchange, peer=peer)
+    ledger.log_stream_opened(peer)
+    ledger.log_stream_opened(peer)  # two streams on one connection: one ending is not enough
+    ledger.log_stream_closed(peer)
+    ledger.log_stream_closed(peer)
+    ledger.log_stream_opened(peer)  # Envoy reopened it on its next flush
+    await asyncio.sleep(0.2)
+    assert exchange.closes == []
+    assert ledger.ended("a", True) and exchange.closes == [True]

@@ -21,6 +21,7 @@ from proxy.verify.canary import (
     evidence_to_dict,
     sticky_fraction,
 )
+from proxy.verify.canary_arms import Arms
 from proxy.verify.compare import Verdict
 from proxy.verify.groups import judge_groups
 from tests.unit.record_builders import chat_request, route_to
@@ -35,6 +36,17 @@ CONFIG = CanaryConfig(
     min_shadow_samples=0,
     evaluate_every=5,
 )
+ARMS = Arms.named(CONFIG)
+PLAIN_BASELINE = Arms.named(CONFIG, baseline_speculative=False)
+
+
+def measured(rates: list[float], baseline: list[float] | None = None) -> Evidence:
+    """Evidence of as many requests per arm as acceptance samples, as each arm reported."""
+    ev = Evidence()
+    ev.candidate.acceptance, ev.candidate.requests = list(rates), len(rates)
+    ev.baseline.acceptance = list(baseline or [])
+    ev.baseline.requests = len(ev.baseline.acceptance) or len(rates)
+    return ev
 
 
 def outcome(backend: str, rate: float, tpot: float = 0.01, load: int = 4) -> Outcome:
@@ -54,7 +66,7 @@ async def run_canary(
     """Feed one seeded canary run until it decides; returns (final state, candidate requests)."""
     rng = random.Random(seed)
     controller = CanaryController(MemoryStore())
-    controller.configure(config, baseline_speculative=True)
+    controller.configure(config)
     sent = 0
     while controller.state == "running" and sent < max_requests:
         mean = cand_rate(sent) if callable(cand_rate) else float(cand_rate)  # type: ignore[arg-type]
@@ -103,29 +115,28 @@ async def test_clearly_worse_candidate_is_rolled_back() -> None:
 
 
 def test_drift_rolls_back_and_min_acceptance_for_plain_baseline() -> None:
-    ev = Evidence(shadow_judged=20, shadow_drift=8)
-    ev.candidate.acceptance = [0.9] * 40
-    ev.baseline.acceptance = [0.9] * 40
-    assert evaluate(CONFIG, ev, True).action == "rollback"
+    ev = measured([0.9] * 40, [0.9] * 40)
+    ev.shadow_judged, ev.shadow_drift = 20, 8
+    assert evaluate(CONFIG, ev, ARMS).action == "rollback"
+    assert evaluate(CONFIG, ev, ARMS).criterion == "drift"
     config = CONFIG.model_copy(
         update={"criteria": CONFIG.criteria.model_copy(update={"min_acceptance": 0.5})}
     )
-    good = Evidence()
-    good.candidate.acceptance = [0.95, 0.9, 1.0, 0.97] * 10
-    assert evaluate(config, good, False).action == "advance"
-    bad = Evidence()
-    bad.candidate.acceptance = [0.3, 0.35, 0.25, 0.3] * 10
-    assert evaluate(config, bad, False).action == "rollback"
+    good = measured([0.95, 0.9, 1.0, 0.97] * 10)
+    assert evaluate(config, good, PLAIN_BASELINE).action == "advance"
+    bad = measured([0.3, 0.35, 0.25, 0.3] * 10)
+    verdict = evaluate(config, bad, PLAIN_BASELINE)
+    assert (verdict.action, verdict.criterion) == ("rollback", "min_acceptance")
 
 
 def test_tpot_at_matched_load() -> None:
-    ev = Evidence()
-    ev.candidate.acceptance = ev.baseline.acceptance = [0.6] * 40
+    ev = measured([0.6] * 40, [0.6] * 40)
     ev.candidate.tpot = [(4, 0.03)] * 40
     ev.baseline.tpot = [(4, 0.01)] * 40
-    assert evaluate(CONFIG, ev, True).action == "rollback"
+    verdict = evaluate(CONFIG, ev, ARMS)
+    assert (verdict.action, verdict.criterion) == ("rollback", "tpot")
     ev.candidate.tpot = [(64, 0.03)] * 40  # different load: not comparable, does not block
-    assert evaluate(CONFIG, ev, True).action == "advance"
+    assert evaluate(CONFIG, ev, ARMS).action == "advance"
 
 
 def test_assignment_is_sticky_and_follows_the_share() -> None:
@@ -152,6 +163,7 @@ async def test_manual_commands_and_audit_trail() -> None:
     audit = [e.record for e in await store.recent("canary:audit", 10)]
     assert [r["action"] for r in audit] == ["promote", "resume", "pause"]
     assert all(r["actor"] == "operator" and r["ts"] <= time.time() for r in audit)
+    assert all(r["criterion"] == "operator" and r["kind"] == "draft_head" for r in audit)
 
 
 def test_evidence_rows_use_full_names_and_old_short_keys_are_still_read() -> None:
@@ -185,9 +197,10 @@ def test_numerics_differ_on_a_candidate_rolls_it_back() -> None:
     controller = CanaryController(MemoryStore())
     controller.configure(CONFIG)
     controller.on_group_verdicts(rows)
-    verdict = evaluate(CONFIG, controller.evidence, True)
+    verdict = evaluate(CONFIG, controller.evidence, ARMS)
     assert verdict.action == "rollback"
     assert verdict.reason.startswith("numerics differ from the reference: cand")
+    assert verdict.criterion == "numerics"
     # Another backend's verdict is none of the canary's business.
     other = CanaryController(MemoryStore())
     other.configure(CanaryConfig(name="v3", candidates=["x"], baseline=["base"]))
