@@ -179,6 +179,10 @@ class Outcome:
     # of it): the end and the status are known, the timings, usage and text are not, so
     # the request is counted but nothing is learned or judged from it.
     observed: bool = True
+    # No first byte came within the attempt's wait (a first-byte timeout): the engine's
+    # TTFT was at least ``finished - started``, a censored observation the latency model
+    # learns from too (else only the requests fast enough to answer would teach it).
+    timed_out: bool = False
 
     @property
     def ttft(self) -> float | None:

@@ -25,7 +25,7 @@ import os
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,7 +55,7 @@ from loadtests.routing.routing_policies import SHIPPED_POLICY, SHIPPED_SECTIONS
 from loadtests.tools.loadgen_sse import cpu_seconds
 from loadtests.tools.processes import free_port
 from loadtests.tools.report import machine, publish_in, report_dir, table
-from loadtests.tools.simfleet import SimSpec
+from loadtests.tools.simfleet import SimSpec, format_lag, step_lag
 from proxy.settings import Settings
 
 T = TypeVar("T")
@@ -107,6 +107,10 @@ class Window:
     name: str
     start: float
     end: float
+    # Per engine: its steps' wall-clock time over the modelled time, minus one, in this
+    # window (``step_lag``): a host too busy to run the engines at their modelled speed
+    # shows here, and a first-byte timeout then says more of the host than of the gateway.
+    lag: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 async def _worker(
@@ -124,10 +128,15 @@ async def _schedule(rig: Rig, shape: Shape) -> list[Window]:
     for name in shape.faults:
         start = time.monotonic() - rig.t0
         rig.note(f"window {name}")
+        before = await rig.backends.states()
         await FAULTS[name](rig, shape.window_s)
         windows.append(Window(name, start, time.monotonic() - rig.t0))
         await asyncio.sleep(shape.gap_s)  # recovery between windows (counted in the window)
         windows[-1].end = time.monotonic() - rig.t0
+        # An engine restarted in the window counts from its restart.
+        after = await rig.backends.states()
+        since = {n: b for n, b in before.items() if n in after and b["steps"] <= after[n]["steps"]}
+        windows[-1].lag = step_lag(since, after)
         rig.gateways.check_alive()
     return windows
 
@@ -276,6 +285,7 @@ async def running_rig(
     specs: Sequence[SimSpec] = FLEET,
     extra_policy: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
     face: str = "serve",
+    gateway_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Rig]:
     """Redis, the simulated fleet and two gateway replicas, started and, after, stopped.
     ``extra_policy``: more policy sections, given the backends' entries (a canary, say);
@@ -288,6 +298,7 @@ async def running_rig(
     gateways: Replicas = (
         PickerFaces(work, redis_proc.url) if face == "envoy" else Gateways(work, redis_proc.url)
     )
+    gateways.env.update(gateway_env or {})
     try:
         await backends.start()
         entries = backends.policy()
@@ -378,6 +389,7 @@ async def run(shape: Shape, folder: Path | None = None) -> dict[str, Any]:
     async with running_rig(shape.time_scale, folder, face=shape.face) as rig:
         windows, results, common = await under_load(rig, shape.concurrency, _schedule(rig, shape))
     return {
+        "window_lag": {w.name: w.lag for w in windows},
         "shape": {
             "concurrency": shape.concurrency,
             "window_s": shape.window_s,
@@ -450,6 +462,11 @@ def render_outcomes(results: dict[str, Any]) -> str:
         f"{len(results['gateway_tracebacks'])}",
         f"- verdict: {'PASS' if results['ok'] else 'FAIL'} (hung = truncated = 0, in flight "
         "back to 0, counters alike, no crash)",
+        "",
+        "The engines' steps against their modelled time, per window (a host too busy to run "
+        "them at speed shows here):",
+        "",
+        *(f"- {name}: {format_lag(lag)}" for name, lag in results.get("window_lag", {}).items()),
         "",
         "Failure details:",
         "",

@@ -28,6 +28,7 @@ class Span(Protocol):
     name: str
     start: float
     end: float
+    lag: dict[str, dict[str, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +55,27 @@ def log_lines(texts: Iterable[str], wanted: set[str]) -> dict[str, list[str]]:
 
 
 def window_of(started: float, windows: Sequence[Span]) -> str:
+    span = span_of(started, windows)
+    return span.name if span is not None else "after the last window"
+
+
+def span_of(started: float, windows: Sequence[Span]) -> Span | None:
     for w in windows:
         if w.start <= started < w.end:
-            return w.name
-    return "after the last window"
+            return w
+    return None
 
 
-def why(result: Result, lines: Sequence[str], budget: Budget) -> str:
+def host_lag(span: Span | None) -> str:
+    """The engines' step overrun in the window, worst first ("" when none was read)."""
+    if span is None or not span.lag:
+        return ""
+    worst = sorted(span.lag.items(), key=lambda kv: -kv[1]["overrun"])
+    shown = ", ".join(f"{name} {v['overrun']:+.0%}" for name, v in worst if v["steps"])
+    return f"; the engines' steps ran over their modelled time in that window: {shown}"
+
+
+def why(result: Result, lines: Sequence[str], budget: Budget, span: Span | None = None) -> str:
     """Why a request that ended badly could be neither retried nor resumed."""
     code, detail = result.error_code, result.detail
     tries = [t for each in result.tries.values() for t in each]
@@ -77,9 +92,12 @@ def why(result: Result, lines: Sequence[str], budget: Budget) -> str:
             f"timeout ({budget.first_byte_timeout_s:g} s a try, "
             f"{budget.first_byte_budget_s:g} s for all, at most {budget.max_attempts} "
             f"attempts), on each of the client's tries ({statuses}); last: "
-            f"{result.error_message or tried}"
+            f"{result.error_message or tried}{host_lag(span)}"
         )
-    if code == "upstream_status" or (detail.startswith("HTTP 5") and code is None):
+    # A 5xx the engine itself sent (through Envoy an engine's error passes as it is, its
+    # OpenAI `code` the HTTP status in vLLM's shape).
+    engine_code = code is None or str(code).isdigit()
+    if code == "upstream_status" or (detail.startswith("HTTP 5") and engine_code):
         return f"every backend tried answered 5xx, passed on as the last one's ({statuses})"
     if code == "picker_unavailable":
         return (
@@ -131,7 +149,7 @@ def account(
                 "code": r.error_code,
                 "message": r.error_message,
                 "http_tries": r.tries,
-                "why": why(r, mine, budget),
+                "why": why(r, mine, budget, span_of(r.started, windows)),
                 "gateway_lines": mine[-LINES_PER_REQUEST:],
             }
         )

@@ -156,6 +156,18 @@ class Backends:
     def kill(self, name: str) -> None:
         _sigkill(self.services[name].process)
 
+    async def states(self) -> dict[str, dict[str, Any]]:
+        """``GET /admin/engine`` of each simulator that answers (step timing against the
+        model: how far the host let it keep up)."""
+        out: dict[str, dict[str, Any]] = {}
+        timeout = aiohttp.ClientTimeout(total=3)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for name in self.ports:
+                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                    async with session.get(self.url(name) + "/admin/engine") as resp:
+                        out[name] = await resp.json()
+        return out
+
     async def set_faults(self, name: str, faults: dict[str, Any] | None) -> None:
         """Merge ``faults`` into the backend's active ones (``None``: clear them all)."""
         url = self.url(name) + "/admin/faults"

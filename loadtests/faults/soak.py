@@ -165,6 +165,9 @@ class Sampler:
                 async with session.get(service.url + "/admin/sizes") as resp:
                     sizes = await resp.json()
                 row["asyncio_tasks"] = float(sizes["asyncio_tasks"])
+                for key in ALLOCATOR:
+                    if key in sizes:
+                        row[key] = float(sizes[key])
                 row["structures"] = sizes["structures"]
                 self.bounds[service.name] = sizes["bounds"]
                 async with session.get(service.url + "/admin/fleet") as resp:
@@ -177,6 +180,14 @@ class Sampler:
             replicas[service.name] = row
         keys = await asyncio.to_thread(_dbsize, self.rig.redis.port)
         return {"t": at, "replicas": replicas, "redis_keys": keys}
+
+
+# What /admin/sizes says of the heap (proxy/memory.py): the C allocator's MiB in use
+# (judged as RSS is: flat while RSS climbs is the allocator keeping freed pages, not a
+# leak), and, kept in the samples for a reader but not judged, its free MiB (which the
+# periodic trim empties) and Python's block count (which rises as bounded tables fill).
+ALLOCATOR = ("python_blocks", "malloc_in_use_mib", "malloc_free_mib")
+UNJUDGED = ("python_blocks", "malloc_free_mib")
 
 
 def rss_mib(pid: int) -> float:
@@ -205,7 +216,7 @@ def series(samples: Sequence[dict[str, Any]]) -> dict[str, list[tuple[float, flo
         if s.get("redis_keys") is not None:
             out.setdefault("redis keys", []).append((t, s["redis_keys"]))
         for replica, row in s["replicas"].items():
-            for key in ("rss_mib", "open_fds", "asyncio_tasks", "prefix_chunks"):
+            for key in ("rss_mib", "open_fds", "asyncio_tasks", "prefix_chunks", *ALLOCATOR):
                 if key in row:
                     out.setdefault(f"{replica} {key}", []).append((t, row[key]))
             for path, size in row.get("structures", {}).items():
@@ -228,7 +239,9 @@ def verdicts(
         late = [p for p in points if p[0] >= warmup_s]
         replica, _, path = name.partition(" ")
         bound = bounds.get(replica, {}).get(path)
-        if name.endswith("rss_mib"):
+        if name.endswith(UNJUDGED):
+            continue
+        if name.endswith(("rss_mib", "malloc_in_use_mib")):
             v = judge_rss(name, late, rss_tolerance)
         elif bound is not None and late:
             v = Verdict(name, _slope(late), float(bound), max(p[1] for p in points) <= bound)
@@ -296,11 +309,15 @@ class Shape:
     count_share: float = 0.02
     canary_min_samples: int = 300
     time_scale: float = 4.0
+    # Settings for the replicas beyond the rig's (``--gateway-env KEY=VALUE``).
+    gateway_env: dict[str, str] = field(default_factory=dict)
 
 
 async def run(shape: Shape, folder: Path | None = None) -> dict[str, Any]:
     extra = canary_policy(shape.canary_min_samples)
-    async with running_rig(shape.time_scale, folder, SPECS, lambda _: extra) as rig:
+    async with running_rig(
+        shape.time_scale, folder, SPECS, lambda _: extra, gateway_env=shape.gateway_env
+    ) as rig:
         stop = asyncio.Event()
         sampler = Sampler(rig)
         sampling = asyncio.create_task(sampler.run(shape.sample_every_s, stop))
@@ -391,7 +408,7 @@ def _verdict(v: Verdict) -> dict[str, Any]:
             "ok": v.ok}  # fmt: skip
 
 
-HEADLINE = ("rss_mib", "open_fds", "asyncio_tasks", "prefix_chunks")
+HEADLINE = ("rss_mib", "malloc_in_use_mib", "open_fds", "asyncio_tasks", "prefix_chunks")
 
 
 def render(results: dict[str, Any]) -> str:
@@ -510,6 +527,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reload-every", type=float, default=60.0, help="seconds")
     parser.add_argument("--rss-tolerance", type=float, default=1.0, help="MiB per 10 min")
     parser.add_argument("--canary-min-samples", type=int, default=300)
+    parser.add_argument(
+        "--gateway-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for both replicas (e.g. SPECROUTE_SCRAPE_INTERVAL_S=1), again for more",
+    )
     parser.add_argument("--plot", type=Path, default=None, help="also draw the series here")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
@@ -533,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.reload_every,
         rss_tolerance_mib=args.rss_tolerance,
         canary_min_samples=args.canary_min_samples,
+        gateway_env=dict(item.split("=", 1) for item in args.gateway_env),
     )
     folder = report_dir("soak", args.out)
     results = asyncio.run(run(shape, folder / "work"))

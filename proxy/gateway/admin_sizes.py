@@ -22,6 +22,8 @@ from typing import Any
 
 from starlette.datastructures import State
 
+from proxy.memory import allocator_sizes
+
 # How deep to follow attributes, and how many items of a container to look into.
 DEPTH = 5
 ITEMS = 16
@@ -91,6 +93,7 @@ def _attributes(value: Any) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in found.items() if not k.startswith("__")]
 
 
-def process_sizes() -> dict[str, int]:
-    """The event loop's task count (a task per request that never ends is a leak too)."""
-    return {"asyncio_tasks": len(asyncio.all_tasks())}
+def process_sizes() -> dict[str, float]:
+    """The event loop's task count (a task per request that never ends is a leak too), and
+    the allocator's view of the heap (:func:`proxy.memory.allocator_sizes`)."""
+    return {"asyncio_tasks": float(len(asyncio.all_tasks())), **allocator_sizes()}

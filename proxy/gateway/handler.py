@@ -396,6 +396,7 @@ class Gateway:
             outcome.error = "client disconnected before the first byte"
             return None
         except TimeoutError:
+            outcome.timed_out = True
             message = f"backend {backend.name} sent nothing within {timeout:g}s"
             # The engine's state at that moment tells a busy engine from a hung one.
             log.info(

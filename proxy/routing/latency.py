@@ -638,9 +638,14 @@ class LatencyModel:
         """Correct the backend's ratios and the request estimates from one response."""
         forecast = outcome.forecast
         online = self._online.get(outcome.backend)
-        if forecast is None or online is None or not outcome.ok:
+        if forecast is None or online is None:
             return
         alpha = self.settings.correction_alpha
+        if outcome.timed_out:
+            self._learn_timeout(online, outcome, forecast, alpha)
+            return
+        if not outcome.ok:
+            return
         self._learn_request(outcome, forecast, alpha)
         if not outcome.events:
             # Not streamed: the "first byte" is the whole completion, no TTFT to learn from.
@@ -656,6 +661,24 @@ class LatencyModel:
                 online.tpot_ratio, tpot / forecast.model_tpot_s, alpha
             )
             online.tpot_errors.append(abs(tpot - forecast.tpot_s))
+        online.invalidate()
+        self.changes.mark(outcome.backend)
+
+    def _learn_timeout(
+        self, online: _Online, outcome: Outcome, forecast: LatencyForecast, alpha: float
+    ) -> None:
+        """A first-byte timeout: the TTFT was at least the wait. Learned as that lower
+        bound, and only where it says the model was optimistic (the ratio it implies is
+        above the one in force): an engine slower than its step costs (a prefill queue
+        longer than modelled, a starved host) then stops being picked on a promise it
+        cannot keep, though its slow requests never answer to teach it otherwise."""
+        waited = outcome.finished - outcome.started
+        if waited <= 0 or forecast.model_ttft_s <= 0:
+            return
+        ratio = waited / forecast.model_ttft_s
+        if ratio <= online.ttft_ratio:
+            return
+        online.ttft_ratio = _geometric_step(online.ttft_ratio, ratio, alpha)
         online.invalidate()
         self.changes.mark(outcome.backend)
 

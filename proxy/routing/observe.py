@@ -87,6 +87,8 @@ class Observer:
         result = "ok" if outcome.ok else ("client_gone" if outcome.client_gone else "error")
         self.metrics.requests.labels(outcome.backend, outcome.pool, outcome.label, result).inc()
         if not outcome.ok or not outcome.observed:
+            if outcome.timed_out and self.latency is not None:
+                self.latency.observe(outcome)  # a TTFT of at least its wait
             return  # counted; an unread body has nothing to learn from
         if self.latency is not None:
             self.latency.observe(outcome)

@@ -479,3 +479,28 @@ def test_unloaded_is_the_prediction_on_the_idle_engine_whatever_its_load(name: s
     busy = model.predict(backend, request("code", tokens=800))
     assert busy.ttft_s > idle.ttft_s and busy.tpot_s > idle.tpot_s
     assert model.unloaded(backend, busy) == (idle.ttft_s, idle.tpot_s)
+
+
+def test_a_first_byte_timeout_teaches_that_the_ttft_was_at_least_the_wait() -> None:
+    model, fleet, clock = setup()
+    plain = fleet.backends["plain-0"]
+    before = model.corrections()["plain-0"][0]
+    forecast = send(model, plain, request(tokens=500, max_tokens=100))
+    waited = 20.0 * forecast.model_ttft_s
+    outcome = Outcome("plain-0", "plain", False, "chat", 0, clock.now, forecast=forecast)
+    outcome.timed_out = True
+    outcome.finished = clock.now + waited
+    model.observe(outcome)
+    after = model.corrections()["plain-0"][0]
+    assert after > before  # the engine is slower than the model said
+    # A lower bound below what the model already expects teaches nothing.
+    again = Outcome("plain-0", "plain", False, "chat", 0, clock.now, forecast=forecast)
+    again.timed_out = True
+    again.finished = clock.now + 0.5 * forecast.model_ttft_s
+    model.observe(again)
+    assert model.corrections()["plain-0"][0] == after
+    # A failure that is not a timeout teaches nothing either.
+    failed = Outcome("plain-0", "plain", False, "chat", 0, clock.now, forecast=forecast)
+    failed.finished = clock.now + waited
+    model.observe(failed)
+    assert model.corrections()["plain-0"][0] == after

@@ -37,3 +37,29 @@ def test_exact_summary_wins_and_reaches_the_tracker_through_on_outcome() -> None
     outcome.spec = {"num_draft_tokens": 40, "num_accepted_draft_tokens": 30}
     observer.on_outcome(chat_request(greedy=True), outcome, route_to("ngram-0", "ngram"))
     assert acceptance.rate("ngram-0", "chat") == (0.75, 1)
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] = []
+
+    def observe(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+
+
+def test_a_first_byte_timeout_reaches_the_latency_model_other_failures_do_not() -> None:
+    policy = make_policy(backend("ngram-0", "ngram", "ngram", 4))
+    latency = Seen()
+    observer = Observer(
+        MemoryStore(),
+        Fleet(policy),
+        AcceptanceTracker(policy.acceptance),
+        BreakEvenModel(policy),
+        GatewayMetrics(),
+        latency=latency,  # type: ignore[arg-type]
+    )
+    timed_out = Outcome("ngram-0", "ngram", True, "chat", 1, started=0.0, timed_out=True)
+    refused = Outcome("ngram-0", "ngram", True, "chat", 1, started=0.0, status=500)
+    for outcome in (timed_out, refused):
+        observer.on_outcome(chat_request(greedy=True), outcome, route_to("ngram-0", "ngram"))
+    assert latency.outcomes == [timed_out]

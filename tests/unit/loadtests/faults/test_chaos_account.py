@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loadtests.faults.chaos_account import Budget, account, log_lines, reasons
 from loadtests.faults.chaos_client import Ending, Result
@@ -15,6 +15,7 @@ class Span:
     name: str
     start: float
     end: float
+    lag: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 WINDOWS = [Span("baseline", 0.0, 10.0), Span("stalled-backend", 10.0, 30.0)]
@@ -64,3 +65,23 @@ def test_a_failure_no_rule_explains_says_so() -> None:
     odd = Result(1.0, False, Ending.FAILED, "HTTP 418", index=3, error_code="teapot")
     (row,) = account([odd], WINDOWS, [], BUDGET)
     assert row["why"].startswith("unexplained")
+
+
+def test_a_timeout_in_a_window_whose_engines_ran_late_says_so() -> None:
+    lag = {
+        "plain-0": {"overrun": 0.05, "late_share": 0.0, "steps": 100.0},
+        "plain-1": {"overrun": 2.4, "late_share": 0.6, "steps": 80.0},
+        "ngram-0": {"overrun": 0.0, "late_share": 0.0, "steps": 0.0},  # idle: not shown
+    }
+    windows = [Span("baseline", 0.0, 10.0, lag)]
+    timed_out = Result(3.0, True, Ending.FAILED, "HTTP 504", index=7, error_code="upstream_timeout")
+    (row,) = account([timed_out], windows, [LOG], BUDGET)
+    assert row["why"].endswith(
+        "the engines' steps ran over their modelled time in that window: plain-1 +240%, plain-0 +5%"
+    )
+
+
+def test_an_engines_own_5xx_passed_through_envoy_is_explained() -> None:
+    passed = Result(1.0, False, Ending.FAILED, "HTTP 500", index=4, error_code="500")
+    (row,) = account([passed], WINDOWS, [], BUDGET)
+    assert row["why"].startswith("every backend tried answered 5xx")
