@@ -104,21 +104,27 @@ async def redis_restart(rig: Rig, seconds: float) -> None:
     await asyncio.sleep(seconds / 2 - min(0.5, seconds / 4))
 
 
+async def publish_policy(rig: Rig, session: aiohttp.ClientSession, n: int, version: str) -> None:
+    """Policy version ``version``, the ``n``-th: the file rewritten (even ``n``) or PUT to
+    one replica in turn (odd ``n``)."""
+    policy = rig.policy | {"version": version}
+    if n % 2 == 0:
+        rig.gateways.write_policy(policy)
+        return
+    admin = rig.gateways.admin_urls
+    url = admin[n // 2 % len(admin)] + "/admin/policy"
+    with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+        async with session.put(url, data=yaml.safe_dump(policy)) as resp:
+            if resp.status != 200:
+                rig.note(f"policy PUT refused: {resp.status}")
+
+
 async def policy_reload(rig: Rig, seconds: float) -> None:
     """A new policy every second: the file rewritten, or PUT to one replica, alternately."""
     timeout = aiohttp.ClientTimeout(total=3)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         for n in range(max(int(seconds), 1)):
-            policy = rig.policy | {"version": f"chaos-{n}"}
-            if n % 2 == 0:
-                rig.gateways.write_policy(policy)
-            else:
-                admin = rig.gateways.admin_urls
-                url = admin[n // 2 % len(admin)] + "/admin/policy"
-                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-                    async with session.put(url, data=yaml.safe_dump(policy)) as resp:
-                        if resp.status != 200:
-                            rig.note(f"policy PUT refused: {resp.status}")
+            await publish_policy(rig, session, n, f"chaos-{n}")
             await asyncio.sleep(1.0)
     rig.note(f"{max(int(seconds), 1)} policy reloads")
 

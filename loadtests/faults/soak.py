@@ -43,10 +43,9 @@ from typing import Any
 import aiohttp
 import orjson
 import redis
-import yaml
 
 from loadtests.faults.chaos import _settled, counters, running_rig
-from loadtests.faults.chaos_faults import Rig
+from loadtests.faults.chaos_faults import Rig, publish_policy
 from loadtests.faults.chaos_rig import FLEET
 from loadtests.faults.soak_traffic import SoakClient, Tally, run_clients
 from loadtests.tools.processes import HOST
@@ -262,16 +261,7 @@ async def reload_policy(rig: Rig, every_s: float, stop: asyncio.Event) -> int:
                 await asyncio.wait_for(stop.wait(), every_s)
             if stop.is_set():
                 return count
-            policy = rig.policy | {"version": f"soak-{count}"}
-            if count % 2 == 0:
-                rig.gateways.write_policy(policy)
-            else:
-                admin = rig.gateways.admin_urls
-                url = admin[count // 2 % len(admin)] + "/admin/policy"
-                with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-                    async with session.put(url, data=yaml.safe_dump(policy)) as resp:
-                        if resp.status != 200:
-                            rig.note(f"policy PUT refused: {resp.status}")
+            await publish_policy(rig, session, count, f"soak-{count}")
             count += 1
 
 
