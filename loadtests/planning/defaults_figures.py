@@ -34,6 +34,10 @@ DEFAULT_PRIORITY = "specroute-default-priority"
 # No policy routes by prefix affinity alone; the nearest is the shipped profile's scorers
 # with the prefix_affinity scorer beside them (loadtests/routing/routing_policies.py).
 AFFINITY = "specroute-affinity"
+# Beside them in the full matrix: the default's routing alone (no refusal, no queue), and on
+# the production-shaped trace the default as it was before prefix awareness by default.
+ROUTING_ONLY = "specroute-no-shed"
+NO_PREFIX = "specroute-no-prefix"
 
 # The targets.
 HEAVY_GOODPUT = 1.3
@@ -41,6 +45,9 @@ HEAVY_REFUSALS = 1 / 3
 PREFIX_GOODPUT = 1.15
 PREFIX_HIT_TOLERANCE = 0.05
 CRITICAL_SERVED = 0.99
+ROUTING_GOODPUT = 1.05
+# "Unchanged or better": one run's goodput moves by about this much between like runs.
+UNCHANGED_TOLERANCE = 0.02
 
 
 def parse_priorities(text: str) -> dict[Priority, float]:
@@ -213,6 +220,29 @@ def targets(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     ratio,
                     met,
                     f"{default['refused']} vs {shed} refused",
+                )
+            )
+        routing = figures.get(ROUTING_ONLY)
+        if routing is not None and point["load"] in ("medium", "heavy"):
+            ratio = _ratio(routing["goodput_rps"], static)
+            out.append(
+                _target(
+                    f"{where}: routing alone goodput >= {ROUTING_GOODPUT}x the best static's",
+                    ratio,
+                    ratio is not None and ratio >= ROUTING_GOODPUT,
+                    f"{routing['goodput_rps']:.2f} vs {static_name} {static:.2f} req/s",
+                )
+            )
+        before = figures.get(NO_PREFIX)
+        if before is not None:
+            ratio = _ratio(default["goodput_rps"], before["goodput_rps"])
+            out.append(
+                _target(
+                    f"{where}: default goodput unchanged or better than without prefix "
+                    f"awareness (within {UNCHANGED_TOLERANCE:.0%})",
+                    ratio,
+                    ratio is not None and ratio >= 1 - UNCHANGED_TOLERANCE,
+                    f"{default['goodput_rps']:.2f} vs {before['goodput_rps']:.2f} req/s",
                 )
             )
         if point["kind"] == "prefix":

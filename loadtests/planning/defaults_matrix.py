@@ -18,9 +18,11 @@ fresh simulators and a fresh gateway per contender, the same requests at the sam
 Loads are factors of each trace's own rate (arrival times divided by them): production x1,
 x3, x5 (14, 42, 70 req/s); the conversation traces x1, x2, x4. Contenders: round-robin,
 least-loaded, the default with shedding only (``specroute-shed-only``: the admission
-queue off) and the default as shipped (with the queue). On the conversation traces the
-full run adds ``specroute-affinity`` as the prefix hit rate's reference (no policy routes
-by affinity alone). At the heavy production load a further point sends a share of the
+queue off) and the default as shipped (with the queue). The full run adds the default's
+routing alone (``specroute-no-shed``: neither refusal nor queue) everywhere; on the
+production trace the default without prefix awareness (``specroute-no-prefix``, as it
+shipped before), and on the conversation traces ``specroute-affinity`` as the prefix hit
+rate's reference (no policy routes by affinity alone). At the heavy production load a further point sends a share of the
 requests as ``critical`` and one as ``sheddable`` (``x-specroute-priority``) to the
 default with shedding only and to the default with the queue allowed to read the header
 (``specroute-default-priority``).
@@ -49,6 +51,8 @@ from loadtests.planning.defaults_figures import (
     AFFINITY,
     CONTENDERS,
     DEFAULT_PRIORITY,
+    NO_PREFIX,
+    ROUTING_ONLY,
     SHED_ONLY,
     parse_priorities,
     point_figures,
@@ -162,7 +166,9 @@ def production_points(args: argparse.Namespace, sizes: Sizes, loads: Sequence[st
         )
         factory = PromptFactory(args.seed, PRODUCTION_MIX, 1.0, PRODUCTION_MAKERS)
         schedule = open_loop_schedule(phases, factory)
-        out.append(Point("production", "production", load, factor, plan, schedule, CONTENDERS))
+        contenders = CONTENDERS if args.quick else (*CONTENDERS, ROUTING_ONLY, NO_PREFIX)
+        plan = dataclasses.replace(plan, policies=contenders)
+        out.append(Point("production", "production", load, factor, plan, schedule, contenders))
         if load == "heavy" and args.priorities:
             shares = parse_priorities(args.priorities)
             marked = with_priorities(schedule, shares, args.seed)
@@ -194,7 +200,7 @@ def conversation_points(
         profile=profile,
         profile_name=f"{profile['name']}, max_model_len {LONG_CONTEXT}",
     )
-    contenders = CONTENDERS if args.quick else (*CONTENDERS, AFFINITY)
+    contenders = CONTENDERS if args.quick else (*CONTENDERS, ROUTING_ONLY, AFFINITY)
     out: list[Point] = []
     for load in loads:
         factor = LOADS[trace][load]

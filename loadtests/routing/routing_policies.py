@@ -78,7 +78,10 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   by default costs the engines);
 - ``specroute-default-priority``: what ships with the open gateway's requests allowed to
   ask for their priority (``admission.default_tenant.allow_header``: the
-  ``x-specroute-priority`` header), for traces that mark requests critical or sheddable.
+  ``x-specroute-priority`` header), for traces that mark requests critical or sheddable;
+- ``specroute-no-prefix``: what ships with the latency scorer blind to the prefix index
+  (``prefix_cache`` false, as shipped before issue 40): what prefix awareness by default
+  changes on traces that share little.
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -163,6 +166,7 @@ EXPERIMENTS = (
     "specroute-no-tail",
     "specroute-no-shadow",
     "specroute-default-priority",
+    "specroute-no-prefix",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -245,7 +249,7 @@ class _Shipped:
 
     overload: dict[str, float] | None = None
     cap: int | None = None
-    latency: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, float | bool] = field(default_factory=dict)
     # False: without the shipped shadow section (what verification costs).
     shadow: bool = True
     # False: the admission queue off (refused at once, as the overload guard alone did).
@@ -266,6 +270,7 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-no-tail": _Shipped(latency={"tail_weight": 0.0}),
     "specroute-no-shadow": _Shipped(shadow=False),
     "specroute-default-priority": _Shipped(priority_header=True),
+    "specroute-no-prefix": _Shipped(latency={"prefix_cache": False}),
 }
 
 

@@ -60,6 +60,22 @@ def test_the_index_is_bounded() -> None:
     assert index.held((3,)) == {"b": 1, "c": 1}
 
 
+def test_a_chunk_keeps_its_most_recent_holders_in_the_memory_of_a_fresh_one() -> None:
+    # Holders come and go on a busy chunk for hours; its table must not grow with that
+    # history (deleting from a dict left slots only a doubling resize reclaims: the soak's
+    # RSS slope, issue 41), and the holder that leaves is the least recently served.
+    index = PrefixIndex(capacity=4, holders_per_chunk=4)
+    index.record([7], "a", at=1.0)
+    fresh = sys.getsizeof(index._chunks[7])
+    for i in range(200):
+        index.record([7], f"b{i % 7}", at=2.0 + i)
+        assert sys.getsizeof(index._chunks[7]) <= fresh
+    assert set(index._chunks[7]) == {"b0", "b1", "b2", "b3"}  # i = 196-199
+    index.record([7], "b0", at=300.0)  # refreshed: b1 is now the oldest
+    index.record([7], "c", at=301.0)
+    assert set(index._chunks[7]) == {"b0", "b2", "b3", "c"}
+
+
 def test_only_requests_that_reached_their_backend_are_recorded() -> None:
     index = PrefixIndex()
     info = RequestInfo("m", "chat", prefix_chunks=(5, 6))

@@ -10,7 +10,9 @@ from loadtests.planning.defaults_figures import (
     AFFINITY,
     DEFAULT,
     LEAST_LOADED,
+    NO_PREFIX,
     ROUND_ROBIN,
+    ROUTING_ONLY,
     SHED_ONLY,
     bucket_quantile,
     parse_priorities,
@@ -126,6 +128,28 @@ def test_heavy_targets_compare_with_the_best_static_and_shedding_only() -> None:
     figures[DEFAULT] = fig(25.0, refused=11)
     found = verdicts(targets([point("production", "production", "heavy", figures)]))
     assert set(found.values()) == {False}
+
+
+def test_routing_alone_is_judged_at_medium_and_heavy_and_prefix_awareness_against_before() -> None:
+    figures = {
+        ROUND_ROBIN: fig(10.0),
+        LEAST_LOADED: fig(20.0),
+        SHED_ONLY: fig(30.0, refused=30),
+        DEFAULT: fig(27.0, refused=10),
+        ROUTING_ONLY: fig(21.0),
+        NO_PREFIX: fig(27.5),
+    }
+    alone = "routing alone goodput >= 1.05x the best static's"
+    before = "default goodput unchanged or better than without prefix awareness (within 2%)"
+    found = verdicts(targets([point("production", "production", "medium", figures)]))
+    assert found == {alone: True, before: True}
+    figures[ROUTING_ONLY] = fig(20.9)
+    figures[NO_PREFIX] = fig(27.6)  # 27 / 27.6 = 0.978
+    found = verdicts(targets([point("production", "production", "heavy", figures)]))
+    assert found[alone] is False and found[before] is False
+    # Light load: routing alone is reported beside the others, not judged.
+    found = verdicts(targets([point("production", "production", "light", figures)]))
+    assert alone not in found and before in found
 
 
 def test_light_and_prefix_targets_and_the_hit_rate_reference() -> None:
