@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 from proxy.gateway.watch import Interruption, Watch
 
@@ -92,4 +94,23 @@ async def test_reopened_it_listens_again() -> None:
     await asyncio.sleep(0.05)
     client.gone.set()
     assert await asyncio.wait_for(task, 1) is Interruption.CLIENT_GONE
-    assert client.calls == 2
+    assert client.calls == 1  # the first listener, never cancelled, heard it
+
+
+async def test_closed_it_is_freed_without_the_cycle_collector() -> None:
+    # Its listener ends by itself when the server says the response is over; a cancelled
+    # one left a cycle (CancelledError, frames, the watch) for the slowest collection.
+    client = Client()
+    watch = Watch(client.receive)
+    await asyncio.sleep(0.01)
+    watch.close()
+    client.gone.set()  # what the server answers once the response is complete
+    await asyncio.sleep(0.01)
+    assert watch.why is None
+    freed = weakref.ref(watch)
+    gc.disable()
+    try:
+        del watch
+        assert freed() is None
+    finally:
+        gc.enable()
