@@ -113,10 +113,23 @@ def record_figures(
                 "offered": len(group),
                 "refused": sum(1 for r in group if r.status == 503),
                 "served_share": _served_share(group, scale, slo),
+                **_misses(group, scale, slo),
             }
             for name, group in sorted(groups.items(), key=lambda kv: Priority(kv[0]).rank)
         }
     return out
+
+
+def _misses(records: Sequence[RequestRecord], scale: float, slo: Slo) -> dict[str, int]:
+    """Of the requests served but not within objective: how many had their first token
+    late, and how many decoded slower than the TPOT objective (a request may be both)."""
+    late = slow = 0
+    for r in records:
+        if not r.ok or r.ttft is None or slo.met(r, scale):
+            continue
+        late += r.ttft / scale > slo.ttft_s
+        slow += r.tpot is not None and r.tpot / scale > slo.tpot_s
+    return {"late_ttft": late, "slow_tpot": slow}
 
 
 def _served_share(records: Sequence[RequestRecord], scale: float, slo: Slo) -> float | None:

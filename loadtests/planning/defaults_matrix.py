@@ -63,6 +63,7 @@ from loadtests.planning.defaults_figures import (
 from loadtests.planning.replay import schedule_of
 from loadtests.planning.trace_files import read_trace, window
 from loadtests.planning.trace_gen import conversations, write_mooncake
+from loadtests.routing.routing_policies import POLICIES
 from loadtests.routing.routing_quality import Plan, run_policies
 from loadtests.tools.loadgen import Arrival, RunResult, open_loop_schedule, run_async
 from loadtests.tools.production_prompts import PRODUCTION_MAKERS, PRODUCTION_MIX
@@ -167,13 +168,14 @@ def production_points(args: argparse.Namespace, sizes: Sizes, loads: Sequence[st
         factory = PromptFactory(args.seed, PRODUCTION_MIX, 1.0, PRODUCTION_MAKERS)
         schedule = open_loop_schedule(phases, factory)
         contenders = CONTENDERS if args.quick else (*CONTENDERS, ROUTING_ONLY, NO_PREFIX)
+        contenders += tuple(args.extra)
         plan = dataclasses.replace(plan, policies=contenders)
         out.append(Point("production", "production", load, factor, plan, schedule, contenders))
         if load == "heavy" and args.priorities:
             shares = parse_priorities(args.priorities)
             marked = with_priorities(schedule, shares, args.seed)
             asked = {prompt.index: prompt.priority for _, _, prompt in marked}
-            contenders = (SHED_ONLY, DEFAULT_PRIORITY)
+            contenders = (SHED_ONLY, DEFAULT_PRIORITY, *args.extra)
             plan = dataclasses.replace(plan, policies=contenders)
             out.append(
                 Point("production", "production", load, factor, plan, marked, contenders, asked)
@@ -201,6 +203,7 @@ def conversation_points(
         profile_name=f"{profile['name']}, max_model_len {LONG_CONTEXT}",
     )
     contenders = CONTENDERS if args.quick else (*CONTENDERS, ROUTING_ONLY, AFFINITY)
+    contenders += tuple(args.extra)
     out: list[Point] = []
     for load in loads:
         factor = LOADS[trace][load]
@@ -348,6 +351,7 @@ def render(results: Mapping[str, Any]) -> str:
                         str(group["offered"]),
                         str(group["refused"]),
                         _pct(group["served_share"]),
+                        f"{group.get('late_ttft', '-')} / {group.get('slow_tpot', '-')}",
                     ]
                 )
     if priority_rows:
@@ -355,7 +359,16 @@ def render(results: Mapping[str, Any]) -> str:
             "## By priority",
             "",
             table(
-                ["point", "contender", "priority", "offered", "refused", "served"], priority_rows
+                [
+                    "point",
+                    "contender",
+                    "priority",
+                    "offered",
+                    "refused",
+                    "served",
+                    "missed: late TTFT / slow TPOT",
+                ],
+                priority_rows,
             ),
             "",
         ]
@@ -391,6 +404,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--priorities",
         default=DEFAULT_PRIORITIES,
         help="shares asking for a priority at the heavy production load ('' for none)",
+    )
+    parser.add_argument(
+        "--extra",
+        nargs="+",
+        default=[],
+        choices=POLICIES,
+        metavar="POLICY",
+        help="experiments run beside the contenders at every point (bench routing-quality's "
+        "policy names)",
     )
     parser.add_argument("--shared-docs", type=int, default=4, help="mooncake-docs: documents")
     parser.add_argument("--trace-seed", type=int, default=8, help="conversation traces' seed")

@@ -81,7 +81,10 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   ``x-specroute-priority`` header), for traces that mark requests critical or sheddable;
 - ``specroute-no-prefix``: what ships with the latency scorer blind to the prefix index
   (``prefix_cache`` false, as shipped before issue 40): what prefix awareness by default
-  changes on traces that share little.
+  changes on traces that share little;
+- ``specroute-queue-wait4``, ``-wait8``, ``-wait16``: what ships with standard requests
+  waiting in the queue up to 4, 8 or 16 times their TTFT objective before a refusal,
+  requests allowed to ask for their priority.
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -167,6 +170,9 @@ EXPERIMENTS = (
     "specroute-no-shadow",
     "specroute-default-priority",
     "specroute-no-prefix",
+    "specroute-queue-wait4",
+    "specroute-queue-wait8",
+    "specroute-queue-wait16",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -256,6 +262,8 @@ class _Shipped:
     queue: bool = True
     # True: requests may ask for their priority by header (the default tenant's allow_header).
     priority_header: bool = False
+    # Over the shipped admission section (``priorities`` merged per priority).
+    admission: dict[str, Any] = field(default_factory=dict)
 
 
 _SHIPPED_VARIANTS: dict[str, _Shipped] = {
@@ -271,6 +279,12 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-no-shadow": _Shipped(shadow=False),
     "specroute-default-priority": _Shipped(priority_header=True),
     "specroute-no-prefix": _Shipped(latency={"prefix_cache": False}),
+    **{
+        f"specroute-queue-wait{n}": _Shipped(
+            priority_header=True, admission={"priorities": {"standard": {"max_wait": float(n)}}}
+        )
+        for n in (4, 8, 16)
+    },
 }
 
 
@@ -353,6 +367,8 @@ def build_policy(
             admission = shipped.get("admission", {})
             tenant = {**admission.get("default_tenant", {}), "allow_header": True}
             shipped["admission"] = {**admission, "default_tenant": tenant}
+        if variant.admission:
+            shipped["admission"] = _over(shipped.get("admission", {}), variant.admission)
         for scorer in shipped["routing"]["scorers"]:
             if scorer["type"] == "latency":
                 scorer["params"] = {**scorer["params"], **variant.latency}
@@ -377,6 +393,17 @@ def build_policy(
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     return _facts_of_its_pools(policy)
+
+
+def _over(section: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``section`` with ``changes`` over it, nested mappings merged key by key."""
+    out = dict(section)
+    for key, value in changes.items():
+        below = out.get(key)
+        out[key] = (
+            _over(below, value) if isinstance(value, dict) and isinstance(below, dict) else value
+        )
+    return out
 
 
 def _facts_of_its_pools(policy: dict[str, Any]) -> dict[str, Any]:

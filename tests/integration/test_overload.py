@@ -80,7 +80,9 @@ def test_a_burst_past_the_objective_is_refused_and_retried_by_the_sdk(
             "backends": [sim_backend("plain-0", sim.url, "plain")],
             "slo": {"default": {"ttft_ms": 100, "tpot_ms": 50}},
             "overload": {"shed_above": shed_above},
-            "admission": {"enabled": queued},
+            # The standard deadline at the objective itself (8 ships): a burst of six
+            # is then past what one engine can start within it.
+            "admission": {"enabled": queued, "priorities": {"standard": {"max_wait": 1.0}}},
         }
         path = write_policy(tmp_path / "policy.yaml", policy)
         with run_gateway(Settings(policy_path=path, port=0)) as gw:

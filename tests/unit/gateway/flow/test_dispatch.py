@@ -15,7 +15,10 @@ from proxy.records import Endpoint
 from tests.unit.epp.test_brain import brain, picked, request
 from tests.unit.gateway.test_handler import CHAT, Message, Scripted, build, call
 
-LATE = {"overload": {"shed_above": 1.0}}
+# Shedding on, and the standard deadline at the objective itself (8 ships: a request
+# predicted seconds late would be sent at once), so that ~1.1 s of queued prefill is late.
+ONE = {"priorities": {"standard": {"max_wait": 1.0}}}
+LATE = {"overload": {"shed_above": 1.0}, "admission": ONE}
 
 
 def load(runtime: Runtime, pending: int) -> None:
@@ -124,7 +127,7 @@ async def test_a_critical_request_is_sent_at_its_deadline_not_refused() -> None:
     sections = {
         **LATE,
         "slo": {"default": {"ttft_ms": 50}},
-        "admission": {"default_tenant": {"allow_header": True}},
+        "admission": {**ONE, "default_tenant": {"allow_header": True}},
     }
     gateway, upstream, _ = build([Scripted(body=CHAT)], **sections)
     load(gateway.runtime, 40_000)
@@ -162,7 +165,7 @@ async def test_a_queued_request_is_released_only_with_headroom_on_its_tpot(
     sections = {
         **LATE,
         "slo": {"default": {"ttft_ms": 300, "tpot_ms": 20}},
-        "admission": {"release_tpot_margin": margin},
+        "admission": {**ONE, "release_tpot_margin": margin},
     }
     gateway, upstream, _ = build([Scripted(body=CHAT), Scripted(body=CHAT)], **sections)
     for b in gateway.runtime.fleet.backends.values():

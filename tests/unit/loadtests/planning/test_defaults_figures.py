@@ -67,7 +67,13 @@ def test_record_figures_count_refusals_and_the_offered_served_within_objective()
     assert (out["offered"], out["refused"], out["failed"]) == (4, 2, 0)
     assert out["served_share"] == pytest.approx(0.25)  # a refusal counts as not served
     assert list(out["by_priority"]) == ["critical", "standard", "sheddable"]
-    assert out["by_priority"]["critical"] == {"offered": 2, "refused": 0, "served_share": 0.5}
+    assert out["by_priority"]["critical"] == {
+        "offered": 2,
+        "refused": 0,
+        "served_share": 0.5,
+        "late_ttft": 1,  # request 1: first token at 0.9 s, its decode within objective
+        "slow_tpot": 0,
+    }
     assert out["by_priority"]["sheddable"]["refused"] == 1
     # Time scale: the same record is within objective at twice the wall time when scaled 2.
     assert record_figures([served(0, 0.9)], 2.0, slo)["served_share"] == 1.0
