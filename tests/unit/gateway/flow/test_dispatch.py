@@ -181,3 +181,69 @@ async def test_a_queued_request_is_released_only_with_headroom_on_its_tpot(
     assert len(upstream.urls) == (1 if released else 0)
     # A newcomer is held to the guard's own bar: the same engines take it either way.
     assert await call(gateway) == (200, CHAT)
+
+
+@pytest.mark.parametrize(
+    ("critical", "words", "held"),
+    [
+        # A ~20k-token prompt delays each of the 30 decoding there by ~540 ms: spread over
+        # a typical answer (128 tokens), their ~7.7 ms TPOT becomes ~11.9, past the 10 ms
+        # bar (its own, 7.7, is within it and within the release margin's 8).
+        (1, 16000, True),
+        (0, 16000, False),  # no critical request there: it goes
+        (1, 2000, False),  # ~2.5k tokens: ~7.1 ms, within the bar
+    ],
+)
+async def test_a_prompt_that_would_slow_a_critical_decode_waits_for_it(
+    critical: int, words: int, held: bool
+) -> None:
+    sections = {**LATE, "slo": {"default": {"ttft_ms": 60_000, "tpot_ms": 10}}}
+    gateway, upstream, _ = build([Scripted(body=CHAT)], **sections)
+    for b in gateway.runtime.fleet.backends.values():
+        b.local_inflight = 30
+        b.critical_inflight = critical
+    gateway.scheduler.refresh()
+    messages = [{"role": "user", "content": "word " * words}]
+    task = asyncio.create_task(call(gateway, max_tokens=64, messages=messages))
+    await asyncio.sleep(0.05)
+    assert queued(gateway) == (1 if held else 0)
+    if held:
+        assert upstream.urls == []
+        for b in gateway.runtime.fleet.backends.values():
+            b.critical_inflight = 0  # the critical request is done
+        gateway.dispatch.refresh()
+    assert await task == (200, CHAT)
+
+
+async def test_a_critical_request_is_counted_on_its_backend_until_it_ends() -> None:
+    gateway, upstream, _ = build(
+        [Scripted(body=CHAT)],
+        **{**LATE, "admission": {**ONE, "default_tenant": {"allow_header": True}}},
+    )
+    backends = gateway.runtime.fleet.backends.values()
+    seen: list[int] = []
+    post = upstream.post
+
+    async def spy(*args: object, **kwargs: object) -> object:
+        result = await post(*args, **kwargs)  # type: ignore[arg-type]
+        seen.append(sum(b.critical_inflight for b in backends))
+        return result
+
+    upstream.post = spy  # type: ignore[method-assign]
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    received: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        if received:
+            return received.pop(0)
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"x-specroute-priority", b"critical")]}
+    await gateway.handle(Endpoint.CHAT, scope, receive, send)
+    assert sent[0]["status"] == 200
+    assert seen == [1] and sum(b.critical_inflight for b in backends) == 0
