@@ -226,7 +226,11 @@ class Dispatcher:
         attempt.prediction = self.predict(attempt.decision, attempt.backend)
         settings = self.scheduler.policy.admission
         place = self.place(request)
-        spares = settings.enabled and place.priority is not Priority.CRITICAL
+        spares = (
+            settings.enabled
+            and settings.spare_critical_decode
+            and place.priority is not Priority.CRITICAL
+        )
         late = self.overload.late(request, attempt.backend, attempt.prediction, spares=spares)
         if not settings.enabled:
             if late:

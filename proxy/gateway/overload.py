@@ -84,8 +84,10 @@ class OverloadGuard:
         if not factor:
             return False
         objective = policy.slo.objective(request.model, request.label, request.tenant)
-        if spares and backend.critical_inflight and self._slows_critical(
-            prediction, factor * objective.tpot_ms / 1000.0
+        if (
+            spares
+            and backend.critical_inflight
+            and self._slows_critical(prediction, factor * objective.tpot_ms / 1000.0)
         ):
             return True
         ttft_bar = (ttft_factor or factor) * objective.ttft_ms / 1000.0 - waited_s
