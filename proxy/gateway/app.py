@@ -34,6 +34,7 @@ from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import LocalFleetStarter
 from proxy.gateway.upstream import make_upstream
+from proxy.memory import keep_heap_trimmed
 from proxy.metrics import (
     CallbackGauge,
     CanaryCollector,
@@ -227,6 +228,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _spawn(tasks, watcher.run(), "discovery")
         _spawn(tasks, shadow.run(), "shadow")
         _spawn(tasks, canary.run(), "canary")
+        if settings.memory_trim_interval_s:
+            trimmed = keep_heap_trimmed(settings.memory_trim_interval_s)
+            _spawn(tasks, trimmed, "heap-trim")
         if settings.watch_policy and settings.policy_path is not None:
             _spawn(tasks, manager.watch_file(settings.policy_poll_s), "policy-watch")
         if not door.open:
