@@ -36,6 +36,26 @@ def queued(gateway: Gateway) -> int:
     return gateway.dispatch.queue.depth
 
 
+async def critical(gateway: Gateway) -> list[Message]:
+    """A chat request asking for the critical priority; what the gateway sent back."""
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    received: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        if received:
+            return received.pop(0)
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"x-specroute-priority", b"critical")]}
+    await gateway.handle(Endpoint.CHAT, scope, receive, send)
+    return sent
+
+
 async def test_a_late_request_waits_and_is_served_once_room_frees_up() -> None:
     gateway, upstream, recorder = build([Scripted(body=CHAT)], **LATE)
     load(gateway.runtime, 40_000)  # ~1.1 s of prefill queued on each: past 500 ms
@@ -132,25 +152,7 @@ async def test_a_critical_request_is_sent_at_its_deadline_not_refused() -> None:
     gateway, upstream, _ = build([Scripted(body=CHAT)], **sections)
     load(gateway.runtime, 40_000)
     gateway.scheduler.refresh()
-    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-    received: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[Message] = []
-
-    async def receive() -> Message:
-        if received:
-            return received.pop(0)
-        await asyncio.Event().wait()
-        raise AssertionError
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "headers": [(b"x-specroute-priority", b"critical")],
-    }
-    await gateway.handle(Endpoint.CHAT, scope, receive, send)
+    sent = await critical(gateway)
     assert sent[0]["status"] == 200 and len(upstream.urls) == 1
     labels = {"priority": "critical", "tenant": "", "outcome": "sent_without_room"}
     assert (
@@ -230,20 +232,5 @@ async def test_a_critical_request_is_counted_on_its_backend_until_it_ends() -> N
         return result
 
     upstream.post = spy  # type: ignore[method-assign]
-    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-    received: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[Message] = []
-
-    async def receive() -> Message:
-        if received:
-            return received.pop(0)
-        await asyncio.Event().wait()
-        raise AssertionError
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "method": "POST", "headers": [(b"x-specroute-priority", b"critical")]}
-    await gateway.handle(Endpoint.CHAT, scope, receive, send)
-    assert sent[0]["status"] == 200
+    assert (await critical(gateway))[0]["status"] == 200
     assert seen == [1] and sum(b.critical_inflight for b in backends) == 0
