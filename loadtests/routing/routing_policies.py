@@ -84,10 +84,7 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   changes on traces that share little;
 - ``specroute-queue-wait4``, ``-wait8``, ``-wait16``: what ships with standard requests
   waiting in the queue up to 4, 8 or 16 times their TTFT objective before a refusal,
-  requests allowed to ask for their priority;
-- ``specroute-priority-unspared``: what ships, requests allowed to ask for their priority,
-  without ``admission.spare_critical_decode`` (lower priorities sent even where their
-  prefill slows the critical requests' decode).
+  requests allowed to ask for their priority.
 
 Every experiment states all of its weights and params, so it stays the same experiment
 when the shipped defaults change. All specroute variants start from the break-even values
@@ -176,7 +173,6 @@ EXPERIMENTS = (
     "specroute-queue-wait4",
     "specroute-queue-wait8",
     "specroute-queue-wait16",
-    "specroute-priority-unspared",
     "specroute-latency-solo",
     "specroute-latency-sat",
     "specroute-latency-n1",
@@ -289,9 +285,6 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
         )
         for n in (4, 8, 16)
     },
-    "specroute-priority-unspared": _Shipped(
-        priority_header=True, admission={"spare_critical_decode": False}
-    ),
 }
 
 

@@ -25,7 +25,6 @@ from proxy.gateway.flow import (
     OBJECTIVE_HEADER,
     PRIORITY_HEADER,
     AdmissionQueue,
-    Place,
     QueueRefusal,
     place_of,
     requested_priority,
@@ -82,8 +81,6 @@ class Attempt:
     counted: bool = False
     # The prompt's prefill estimate still counted on the backend (0 once the first byte came).
     prefill: int = 0
-    # Counted among its backend's critical requests (``account``; the release undoes it).
-    critical: bool = False
     upstream: UpstreamResponse | None = None
     route: Route | None = None
     # The response's headers that do not depend on the backend's answer (``prepare``).
@@ -224,18 +221,14 @@ class Dispatcher:
             return attempt
         request = attempt.decision.request
         attempt.prediction = self.predict(attempt.decision, attempt.backend)
+        late = self.overload.late(request, attempt.backend, attempt.prediction)
         settings = self.scheduler.policy.admission
-        place = self.place(request)
-        spares = (
-            settings.enabled
-            and settings.spare_critical_decode
-            and place.priority is not Priority.CRITICAL
-        )
-        late = self.overload.late(request, attempt.backend, attempt.prediction, spares=spares)
         if not settings.enabled:
             if late:
                 raise self.overload.refusal(request)
             return attempt
+        asked = request.asked_priority
+        place = place_of(settings, request.tenant, None if asked is None else Priority(asked))
         if not late and not self.queue.ahead(place.priority):
             return attempt  # the common case: nothing waits, nothing to wait for
         self.overload.signal.refused()  # queued: what would add load holds back too
@@ -244,7 +237,6 @@ class Dispatcher:
             request,
             settings.behaviour(place.priority).max_wait,
             settings.release_tpot_margin,
-            spares,
         )
         try:
             granted = await self.queue.wait(place, room, self.overload.objective_ttft_s(request))
@@ -277,23 +269,8 @@ class Dispatcher:
         fresh.prediction = granted.prediction
         return fresh
 
-    def place(self, request: RequestInfo) -> Place:
-        """Where the request queues: its tenant's priority, or the one it asked for where
-        the tenant may ask."""
-        asked = request.asked_priority
-        settings = self.scheduler.policy.admission
-        return place_of(settings, request.tenant, None if asked is None else Priority(asked))
-
-    def priority(self, request: RequestInfo) -> Priority:
-        return self.place(request).priority
-
     def _room(
-        self,
-        request: RequestInfo,
-        max_wait: float,
-        tpot_margin: float,
-        spares: bool,
-        waited_s: float,
+        self, request: RequestInfo, max_wait: float, tpot_margin: float, waited_s: float
     ) -> Granted | None:
         """The queue's question when capacity frees up: the backend the scheduler picks now,
         if the request's first token is predicted there within its deadline (``max_wait``
@@ -306,10 +283,7 @@ class Dispatcher:
         if chosen is None:
             return None
         prediction = self.predict(decision, chosen.backend)
-        late = self.overload.late(
-            request, chosen.backend, prediction, waited_s, max_wait, tpot_margin, spares=spares
-        )
-        if late:
+        if self.overload.late(request, chosen.backend, prediction, waited_s, max_wait, tpot_margin):
             return None
         return Granted(decision, chosen.backend, prediction)
 
@@ -365,9 +339,6 @@ class Dispatcher:
         attempt.prefill = forecast.prompt_tokens - forecast.cached_tokens
         backend.prefill_pending += attempt.prefill
         attempt.counted = True
-        if self.priority(request) is Priority.CRITICAL:
-            backend.critical_inflight += 1
-            attempt.critical = True
         outcome = attempt.outcome
         outcome.load, outcome.forecast = backend.inflight, forecast
         # Write-behind: a round trip to a shared store must not delay the first token; the
@@ -393,9 +364,6 @@ class Dispatcher:
             return False
         backend = attempt.backend
         backend.local_inflight -= 1
-        if attempt.critical:
-            backend.critical_inflight -= 1
-            attempt.critical = False
         if attempt.prefill:  # no first byte: failed, timed out, retried, client gone
             backend.prefill_pending -= attempt.prefill
             attempt.prefill = 0

@@ -68,28 +68,18 @@ class OverloadGuard:
         waited_s: float = 0.0,
         ttft_factor: float | None = None,
         tpot_margin: float = 1.0,
-        *,
-        spares: bool = False,
     ) -> bool:
         """Whether ``prediction`` misses the request's objective by more than the policy
         allows. For a request in the admission queue: ``waited_s``, the time it spent
         there, counts towards its first token, ``ttft_factor`` (its priority's
         ``max_wait``) replaces ``shed_above`` as the bar of the first token's wait, and
         ``tpot_margin`` (``admission.release_tpot_margin``) lowers the decode time's bar
-        to that share of the objective's. ``spares``: the request is of a lower priority
-        than critical, and is also late where its prefill would slow the decode of the
-        critical requests already on the backend past the TPOT bar."""
+        to that share of the objective's."""
         policy = self._scheduler.policy
         factor = policy.overload.shed_above
         if not factor:
             return False
         objective = policy.slo.objective(request.model, request.label, request.tenant)
-        if (
-            spares
-            and backend.critical_inflight
-            and self._slows_critical(prediction, factor * objective.tpot_ms / 1000.0)
-        ):
-            return True
         ttft_bar = (ttft_factor or factor) * objective.ttft_ms / 1000.0 - waited_s
         late_ttft = prediction.ttft_s > ttft_bar
         late_tpot = prediction.tpot_s > tpot_margin * factor * objective.tpot_ms / 1000.0
@@ -110,19 +100,6 @@ class OverloadGuard:
         late_ttft = late_ttft and prediction.ttft_s - idle_ttft > ttft_bar
         late_tpot = late_tpot and prediction.tpot_s > factor * idle_tpot
         return late_ttft or late_tpot
-
-    def _slows_critical(self, prediction: Prediction, tpot_bar_s: float) -> bool:
-        """Whether the request's prefill would take the decode of the requests already on
-        the backend past ``tpot_bar_s``: the delay it imposes, shared among them, spread
-        over a typical answer's tokens, on top of the TPOT there. Critical requests were
-        served first but missed their objective by their decode (9 in 10 misses at five
-        times the production trace's rate): the long prompts sent after them to the same
-        engine rode in their decode steps (loadtests/README.md, "The standard deadline")."""
-        if prediction.batch <= 1:
-            return False
-        delay = prediction.imposed_s / (prediction.batch - 1)
-        slowed = prediction.tpot_s + delay / self._latency.typical_output_tokens()
-        return slowed > tpot_bar_s
 
     def refusal(
         self, request: RequestInfo, retry_after_s: float | None = None, why: str = ""

@@ -142,12 +142,6 @@ class AdmissionSettings(_Strict):
         "this share of the bar a new request is held to (overload.shed_above x the TPOT "
         "objective): released into engines at their limit, it slows every request there",
     )
-    spare_critical_decode: bool = Field(
-        default=True,
-        description="a request below critical priority waits (queued, as one predicted "
-        "late) where its prefill would slow the decode of the critical requests already on "
-        "its backend past the TPOT bar (overload.shed_above x the TPOT objective)",
-    )
     priorities: dict[Priority, PriorityBehaviour] = Field(
         default_factory=_behaviours,
         description="per priority (critical, standard, sheddable); one left out keeps its default",

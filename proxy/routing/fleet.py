@@ -56,10 +56,6 @@ class BackendState:
     # path must not wait on a store round trip for it; other replicas' prompts are seen
     # only through their in-flight share.
     prefill_pending: int = 0
-    # Of this replica's requests here, those of the critical priority (the admission
-    # queue's): a newcomer of a lower priority whose prefill would slow their decode past
-    # its objective waits (``OverloadGuard.late``).
-    critical_inflight: int = 0
     # Engine state scraped from /metrics.
     running: float = 0.0
     waiting: float = 0.0
