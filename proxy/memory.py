@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import sys
+from collections.abc import Callable
 
 MIB = 1024.0 * 1024.0
 
@@ -36,39 +36,46 @@ class _MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        return ctypes.CDLL(name)
-    except OSError:
-        return None
+def _libc() -> ctypes.CDLL:
+    """The symbols the process has loaded, the C library's among them (``dlopen(NULL)``:
+    no search of the library path, unlike ``ctypes.util.find_library``, which runs
+    ``ldconfig`` each time)."""
+    return ctypes.CDLL(None)
+
+
+def _trimmer() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, where the C library is glibc."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim.argtypes = [ctypes.c_size_t]
+    return trim
 
 
 def release_free_heap() -> bool:
     """Give the C heap's free pages back to the system (glibc ``malloc_trim(0)``); False
     where there is no glibc. Takes about a millisecond for a heap of tens of MiB."""
-    trim = getattr(_libc(), "malloc_trim", None)
+    trim = _trimmer()
     if trim is None:
         return False
-    trim.argtypes = [ctypes.c_size_t]
     trim(0)
     return True
 
 
 async def keep_heap_trimmed(interval_s: float) -> None:
-    """Call :func:`release_free_heap` every ``interval_s`` (the gateway's background task)."""
+    """``malloc_trim(0)`` every ``interval_s`` (the gateway's background task); returns at
+    once where there is no glibc."""
+    trim = _trimmer()
+    if trim is None:
+        return
     while True:
         await asyncio.sleep(interval_s)
-        if not release_free_heap():
-            return
+        trim(0)
 
 
 def allocator_sizes() -> dict[str, float]:
     """Python's allocated blocks, and on glibc the C heap's MiB in use and free."""
     out = {"python_blocks": float(sys.getallocatedblocks())}
-    info = getattr(_libc(), "mallinfo2", None)
+    info = getattr(_libc(), "mallinfo2", None)  # glibc >= 2.33
     if info is not None:
         info.restype = _MallInfo2
         got = info()

@@ -127,8 +127,8 @@ def _misses(records: Sequence[RequestRecord], scale: float, slo: Slo) -> dict[st
     for r in records:
         if not r.ok or r.ttft is None or slo.met(r, scale):
             continue
-        late += r.ttft / scale > slo.ttft_s
-        slow += r.tpot is not None and r.tpot / scale > slo.tpot_s
+        late += slo.late_ttft(r, scale)
+        slow += slo.slow_tpot(r, scale)
     return {"late_ttft": late, "slow_tpot": slow}
 
 
@@ -213,17 +213,8 @@ def targets(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if not all(name in figures for name in CONTENDERS):
             continue
         default = figures[DEFAULT]
-        static_name, static = _best_static(figures)
         if point["load"] == "heavy":
-            ratio = _ratio(default["goodput_rps"], static)
-            out.append(
-                _target(
-                    f"{where}: default+queue goodput >= {HEAVY_GOODPUT}x the best static's",
-                    ratio,
-                    ratio is not None and ratio >= HEAVY_GOODPUT,
-                    f"{default['goodput_rps']:.2f} vs {static_name} {static:.2f} req/s",
-                )
-            )
+            out.append(_over_static(f"{where}: default+queue", default, figures, HEAVY_GOODPUT))
             shed = figures[SHED_ONLY]["refused"]
             ratio = _ratio(default["refused"], shed)
             met = default["refused"] <= HEAVY_REFUSALS * shed
@@ -237,15 +228,7 @@ def targets(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             )
         routing = figures.get(ROUTING_ONLY)
         if routing is not None and point["load"] in ("medium", "heavy"):
-            ratio = _ratio(routing["goodput_rps"], static)
-            out.append(
-                _target(
-                    f"{where}: routing alone goodput >= {ROUTING_GOODPUT}x the best static's",
-                    ratio,
-                    ratio is not None and ratio >= ROUTING_GOODPUT,
-                    f"{routing['goodput_rps']:.2f} vs {static_name} {static:.2f} req/s",
-                )
-            )
+            out.append(_over_static(f"{where}: routing alone", routing, figures, ROUTING_GOODPUT))
         before = figures.get(NO_PREFIX)
         if before is not None:
             ratio = _ratio(default["goodput_rps"], before["goodput_rps"])
@@ -259,15 +242,7 @@ def targets(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 )
             )
         if point["kind"] == "prefix":
-            ratio = _ratio(default["goodput_rps"], static)
-            out.append(
-                _target(
-                    f"{where}: default goodput >= {PREFIX_GOODPUT}x the best static's",
-                    ratio,
-                    ratio is not None and ratio >= PREFIX_GOODPUT,
-                    f"{default['goodput_rps']:.2f} vs {static_name} {static:.2f} req/s",
-                )
-            )
+            out.append(_over_static(f"{where}: default", default, figures, PREFIX_GOODPUT))
             out.append(_hit_rate_target(where, figures))
         if point["load"] == "light":
             out.append(
@@ -289,6 +264,23 @@ def targets(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 )
             )
     return out
+
+
+def _over_static(
+    who: str,
+    mine: Mapping[str, Any],
+    figures: Mapping[str, Mapping[str, Any]],
+    factor: float,
+) -> dict[str, Any]:
+    """``who``'s goodput (``mine``) against ``factor`` times the best static policy's."""
+    static_name, static = _best_static(figures)
+    ratio = _ratio(mine["goodput_rps"], static)
+    return _target(
+        f"{who} goodput >= {factor}x the best static's",
+        ratio,
+        ratio is not None and ratio >= factor,
+        f"{mine['goodput_rps']:.2f} vs {static_name} {static:.2f} req/s",
+    )
 
 
 def _hit_rate_target(where: str, figures: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -32,11 +32,17 @@ class Slo:
     tpot_s: float = 0.025
 
     def met(self, rec: RequestRecord, scale: float) -> bool:
-        ttft, tpot = rec.ttft, rec.tpot
-        if not rec.ok or ttft is None:
+        if not rec.ok or rec.ttft is None:
             return False
-        tpot_ok = tpot is None or tpot / scale <= self.tpot_s  # one-token answers have no TPOT
-        return ttft / scale <= self.ttft_s and tpot_ok
+        return not (self.late_ttft(rec, scale) or self.slow_tpot(rec, scale))
+
+    def late_ttft(self, rec: RequestRecord, scale: float) -> bool:
+        """Its first token came after the objective (False without one)."""
+        return rec.ttft is not None and rec.ttft / scale > self.ttft_s
+
+    def slow_tpot(self, rec: RequestRecord, scale: float) -> bool:
+        """It decoded slower than the objective (one-token answers have no TPOT)."""
+        return rec.tpot is not None and rec.tpot / scale > self.tpot_s
 
     def describe(self) -> str:
         return f"TTFT <= {self.ttft_s * 1000:g} ms and TPOT <= {self.tpot_s * 1000:g} ms"

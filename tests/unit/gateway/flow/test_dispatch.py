@@ -14,6 +14,7 @@ from proxy.gateway.runtime import Runtime
 from proxy.records import Endpoint
 from tests.unit.epp.test_brain import brain, picked, request
 from tests.unit.gateway.test_handler import CHAT, Message, Scripted, build, call
+from tests.unit.gateway.test_handler_front import call as call_with
 
 # Shedding on, and the standard deadline at the objective itself (8 ships: a request
 # predicted seconds late would be sent at once), so that ~1.1 s of queued prefill is late.
@@ -34,26 +35,6 @@ def free_up(gateway: Gateway) -> None:
 
 def queued(gateway: Gateway) -> int:
     return gateway.dispatch.queue.depth
-
-
-async def critical(gateway: Gateway) -> list[Message]:
-    """A chat request asking for the critical priority; what the gateway sent back."""
-    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-    received: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[Message] = []
-
-    async def receive() -> Message:
-        if received:
-            return received.pop(0)
-        await asyncio.Event().wait()
-        raise AssertionError
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "method": "POST", "headers": [(b"x-specroute-priority", b"critical")]}
-    await gateway.handle(Endpoint.CHAT, scope, receive, send)
-    return sent
 
 
 async def test_a_late_request_waits_and_is_served_once_room_frees_up() -> None:
@@ -152,8 +133,8 @@ async def test_a_critical_request_is_sent_at_its_deadline_not_refused() -> None:
     gateway, upstream, _ = build([Scripted(body=CHAT)], **sections)
     load(gateway.runtime, 40_000)
     gateway.scheduler.refresh()
-    sent = await critical(gateway)
-    assert sent[0]["status"] == 200 and len(upstream.urls) == 1
+    status, _ = await call_with(gateway, [(b"x-specroute-priority", b"critical")])
+    assert status == 200 and len(upstream.urls) == 1
     labels = {"priority": "critical", "tenant": "", "outcome": "sent_without_room"}
     assert (
         gateway.metrics.registry.get_sample_value("specroute_queue_requests_total", labels) == 1.0
