@@ -88,7 +88,9 @@ def server_command(
         cmd += ["--speculative-config", json.dumps(spec)]
         cmd += ["--per-request-spec-decode-metrics", "summary"]
     if api_key is not None:
-        cmd += ["--api-key", api_key]
+        # One argument, joined: a random key may start with "-" (token_urlsafe does one
+        # time in 64), which argparse would read as the next option and fail to start.
+        cmd.append(f"--api-key={api_key}")
     return cmd
 
 
