@@ -35,7 +35,6 @@ decide alike (run it in each checkout with PYTHONHASHSEED=0 and compare the line
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
 import os
 import random
@@ -49,6 +48,7 @@ from typing import Any
 import orjson
 
 from loadtests.routing.routing_policies import SHIPPED_POLICY
+from proxy.memory import settle_collector, unsettle_collector
 from proxy.policy import Policy
 from proxy.policy.schema import load_policy
 from proxy.records import RequestInfo
@@ -379,15 +379,16 @@ def measure(
     between requests, then recomputing them), in alternating blocks of ``block``
     requests so that a busy spell of the host falls on both."""
     runs = [_Run(backends, requests, seed, routing, name) for name in contenders]
-    # As the gateway does at start-up: long-lived objects out of the collector's way.
-    gc.collect()
-    gc.freeze()
+    # The collector as the gateway sets it once started (long-lived objects out of its
+    # view, the young threshold raised): with Python's default threshold a young
+    # collection falls inside a decision every few requests.
+    before = settle_collector()
     try:
         for start in range(0, requests, block):
             for run in runs:
                 run.block(start, min(start + block, requests))
     finally:
-        gc.unfreeze()
+        unsettle_collector(before)
     result: dict[str, Any] = {"backends": backends, "requests": requests, "routing": routing}
     result["load_average"] = os.getloadavg()
     for name, run in zip(contenders, runs, strict=True):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import time
@@ -34,7 +33,7 @@ from proxy.gateway.responses import OrjsonResponse
 from proxy.gateway.runtime import Runtime
 from proxy.gateway.seams import LocalFleetStarter
 from proxy.gateway.upstream import make_upstream
-from proxy.memory import keep_heap_trimmed
+from proxy.memory import keep_heap_trimmed, settle_collector
 from proxy.metrics import (
     CallbackGauge,
     CanaryCollector,
@@ -52,7 +51,6 @@ from proxy.store import MemoryStore, Store
 
 log = logging.getLogger("specroute")
 
-GC_YOUNG_THRESHOLD = 20_000
 # How long shutdown waits for the background tasks to end once cancelled.
 TASKS_STOP_S = 5.0
 
@@ -209,13 +207,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await door.start()
     for hook in app.state.startup_hooks:
         await hook(app)
-    # Start-up garbage (imports, the policy, plugins) is moved out of the collector's view:
-    # fewer long GC pauses on the request path later.
-    gc.freeze()
-    # A relayed request allocates a few hundred objects that live until its response ends;
-    # with the default threshold (700) the young generation is collected every couple of
-    # requests, walking every in-flight request's objects each time.
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    settle_collector()
     try:
         await scraper.check_all()
         _spawn(tasks, scraper.run(), "scrape")

@@ -5,9 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes.util
+import gc
 from pathlib import Path
 
-from proxy.memory import allocator_sizes, keep_heap_trimmed, release_free_heap
+from proxy.memory import (
+    GC_YOUNG_THRESHOLD,
+    allocator_sizes,
+    keep_heap_trimmed,
+    release_free_heap,
+    settle_collector,
+    unsettle_collector,
+)
 
 
 def test_the_heap_is_described_and_glibcs_figures_where_it_is() -> None:
@@ -46,3 +54,16 @@ async def test_the_trim_task_runs_until_cancelled() -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def test_the_collector_is_settled_for_serving_and_restored() -> None:
+    before = gc.get_threshold()
+    saved = settle_collector()
+    try:
+        assert saved == before
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+        assert gc.get_freeze_count() > 0
+    finally:
+        unsettle_collector(saved)
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0

@@ -155,13 +155,15 @@ class LatencyScorer:
         """Each candidate's share of the prompt its engine likely has cached (0 without
         ``prefix_cache``, or where the prefix index knows of none), in the places of the
         candidates' terms."""
-        if not self.prefix_cache:
-            # The compiled loop only reads it: one array of zeros serves every decision.
+        found = ctx.cached_shares() if self.prefix_cache else None
+        if not found:
+            # The compiled loop only reads it: one array of zeros serves every decision
+            # with nothing cached (most: short prompts are not looked up at all).
             if len(self._no_shares) != n:
                 self._no_shares = np.zeros(n)
             return self._no_shares
         shares = np.zeros(n)
-        for name, share in ctx.cached_shares().items():
+        for name, share in found.items():
             i = places.get(name)
             if i is not None:
                 shares[i] = share
