@@ -123,6 +123,7 @@ async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -
                         "latency_weight": 0.25,
                         "neighbour_weight": 0.25,
                         "saturated_below": 0.5,
+                        "overflow": 0.5,
                         "wait_weight": 8,
                         "tail_weight": 64,
                         "tail_from": 0.1,

@@ -58,7 +58,11 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   document goes where its prefix is likely cached, while the others rate backends alike).
 
 - ``specroute-no-shed``: what ships without refusing requests in overload
-  (``overload.shed_above`` 0: every request goes to an engine however late);
+  (``overload.shed_above`` 0: every request goes to an engine however late; the latency
+  scorer's ``overflow`` then sends the requests no engine can serve in time to the
+  longest queue);
+- ``specroute-no-shed-no-overflow``: the same with ``overflow`` at 0 (such requests go to
+  the shortest queue, as every saturated request did before);
 - ``specroute-shed-only``: what ships refusing at once what it would queue
   (``admission.enabled`` false: the overload guard alone, as before the admission queue);
 - ``specroute-shed-2x``: what ships refusing only requests predicted past twice their
@@ -160,6 +164,7 @@ DEFAULT_POLICIES = (*STATIC_POLICIES, "specroute-learned", "specroute-default")
 # Experiments: run only when named.
 EXPERIMENTS = (
     "specroute-no-shed",
+    "specroute-no-shed-no-overflow",
     "specroute-shed-only",
     "specroute-shed-2x",
     "specroute-cap24",
@@ -269,6 +274,9 @@ class _Shipped:
 _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-default": _Shipped(),
     "specroute-no-shed": _Shipped(overload={"shed_above": 0.0}),
+    "specroute-no-shed-no-overflow": _Shipped(
+        overload={"shed_above": 0.0}, latency={"overflow": 0.0}
+    ),
     "specroute-shed-only": _Shipped(queue=False),
     "specroute-shed-2x": _Shipped(overload={"shed_above": 2.0}),
     "specroute-cap24": _Shipped(overload={"shed_above": 0.0}, cap=24),

@@ -41,7 +41,9 @@ least-loaded does; 0.25 by default (loadtests/README.md, issue 15). Break-even a
 acceptance are inputs of the model too: speculation wins exactly where the measured
 acceptance makes its step cheaper per token at the batch it would join. Optionally
 (``saturated_below`` > 0; 0.5 in policies/default.yaml) the score moves towards the fewest
-prompt tokens queued for prefill once even the best chance falls under that value.
+prompt tokens queued for prefill once even the best chance falls under that value, or,
+under ``overflow`` and with no overload guard to hold or refuse the request, towards the
+most.
 
 The model keeps each backend's request-independent terms current between requests, as
 arrays over the candidates (proxy/routing/latency.py), and a decision runs one compiled
@@ -75,6 +77,7 @@ class LatencyScorer:
         wait_slack: float = 0.0,
         tail_weight: float = 0.0,
         tail_from: float = 0.0,
+        overflow: float = 0.0,
     ) -> None:
         if spread <= 0:
             raise ValueError("latency: spread must be > 0")
@@ -84,6 +87,8 @@ class LatencyScorer:
             raise ValueError("latency: neighbour_weight must be >= 0")
         if not 0.0 <= saturated_below <= 1.0:
             raise ValueError("latency: saturated_below must lie in [0, 1]")
+        if not 0.0 <= overflow <= saturated_below:
+            raise ValueError("latency: overflow must lie in [0, saturated_below]")
         if wait_weight < 0:
             raise ValueError("latency: wait_weight must be >= 0")
         if wait_slack < 0:
@@ -100,6 +105,7 @@ class LatencyScorer:
         self.latency_weight = latency_weight
         self.neighbour_weight = neighbour_weight
         self.saturated_below = saturated_below
+        self.overflow = overflow
         self.prefix_cache = prefix_cache
         self._no_shares: FloatArray = np.zeros(0)
         # Imported (and so compiled, ~0.2 s, with numba's ~0.1 s import) where a policy
@@ -176,22 +182,36 @@ class LatencyScorer:
         scores: list[float],
         best: float,
     ) -> list[float]:
-        """Blend in the fewest queued prompt tokens as every chance falls under
+        """Blend in the queued prompt tokens as every chance falls under
         ``saturated_below``: with no backend likely to meet the objective, the chances and
         the corrected predictions they come from are small differences in the model's
         tail, and a correction learned in a backlog feeds back into where the backlog
-        grows; prompt tokens waiting for prefill (least-prompt-tokens, the one policy that
-        held its goodput at saturation) drain it evenly."""
+        grows. Towards the fewest (least-prompt-tokens, the one static policy that held its
+        goodput at saturation, drains the backlog evenly); under ``overflow``, where the
+        gateway sends every request (no overload guard), towards the most: the backend
+        whose queue already makes its requests late takes the one no backend can serve in
+        time, and the others keep serving theirs within the objective (loadtests/README.md,
+        "Overflow"). Where the guard judges requests, such a request waits in the
+        admission queue or is refused instead, and one sent anyway (a critical request at
+        its deadline) should go where it is served soonest."""
         own = ctx.latency.prompt_tokens(ctx.request.label, ctx.request.prompt_bytes)
         works = [(b.prefill_pending if b.prefill_pending > 0 else 0) + own for b in backends]
-        return self.blend(scores, works, best)
+        if best < self.overflow and not ctx.policy.overload.shed_above:
+            return self.blend(scores, works, best / self.overflow, most=True)
+        return self.blend(scores, works, best / self.saturated_below)
 
-    def blend(self, scores: list[float], works: Sequence[int], best: float) -> list[float]:
+    @staticmethod
+    def blend(
+        scores: list[float], works: Sequence[int], depth: float, most: bool = False
+    ) -> list[float]:
         """The scores moved towards the fewest queued prompt tokens (``works``: each
-        backend's queued plus the request's own), the more the smaller ``best`` is below
-        ``saturated_below``."""
-        share = 1.0 - best / self.saturated_below
-        least, keep = min(works), 1.0 - share
+        backend's queued plus the request's own), or with ``most`` towards the most, by
+        ``1 - depth`` (``depth``: the best chance over the threshold it fell under)."""
+        keep, share = depth, 1.0 - depth
+        if most:
+            top = max(works)
+            return [keep * x + share * k / top for x, k in zip(scores, works, strict=True)]
+        least = min(works)
         return [keep * x + share * least / k for x, k in zip(scores, works, strict=True)]
 
     def rate(

@@ -263,11 +263,32 @@ def test_saturated_requests_go_to_the_fewest_queued_prompt_tokens() -> None:
     assert chosen(plain, "code", tokens=1500, max_tokens=13) == "plain-1"
 
 
+def test_with_overflow_and_no_guard_saturated_requests_go_to_the_longest_queue() -> None:
+    """``overflow``: where the gateway sends every request (``overload.shed_above`` 0), a
+    request no backend is likely to serve in time goes to the backend whose queue already
+    makes its requests late, and leaves the other's chances to the requests that still
+    have one; where the guard holds or refuses such requests, to the fewest queued."""
+
+    def pick(overflow: bool, shed_above: float) -> str:
+        params = {"saturated_below": 0.5, "overflow": 0.5 if overflow else 0.0}
+        routing = {**LATENCY_ONLY, "scorers": [{"type": "latency", "params": params}]}
+        s = healthy_scheduler(two_plain(routing=routing, overload={"shed_above": shed_above}))
+        light, heavy = s.fleet.backends["plain-0"], s.fleet.backends["plain-1"]
+        light.local_inflight, heavy.local_inflight = 200, 200
+        light.prefill_pending, heavy.prefill_pending = 120_000, 150_000
+        return chosen(s, "code", tokens=1500, max_tokens=13)
+
+    assert pick(overflow=True, shed_above=0.0) == "plain-1"
+    assert pick(overflow=False, shed_above=0.0) == "plain-0"
+    assert pick(overflow=True, shed_above=1.0) == "plain-0"
+
+
 def test_scorer_params_are_validated() -> None:
     for bad, what in (
         ({"spread": 0}, "spread"),
         ({"latency_weight": 2}, "latency_weight"),
         ({"saturated_below": 1.5}, "saturated_below"),
+        ({"saturated_below": 0.5, "overflow": 0.6}, "overflow"),
         ({"wait_weight": -1}, "wait_weight"),
         ({"wait_slack": -0.1}, "wait_slack"),
         ({"tail_weight": -1}, "tail_weight"),
@@ -290,6 +311,7 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
                 "latency_weight": 0.25,
                 "neighbour_weight": 0.25,
                 "saturated_below": 0.5,
+                "overflow": 0.5,
                 "wait_weight": 8,
                 "tail_weight": 64,
                 "tail_from": 0.1,
