@@ -44,9 +44,7 @@ def test_a_canary_is_judged_on_evidence_read_through_envoy(
     only the responses it needs (a canary's arms among them), and full duplex, as other
     gateways configure the filter."""
     baseline_sim = SimConfig(speculation="eagle3", k=3, acceptance={"chat": 0.7})
-    candidate_sim = SimConfig(
-        speculation="eagle3", k=3, acceptance={"chat": candidate_acceptance}
-    )
+    candidate_sim = SimConfig(speculation="eagle3", k=3, acceptance={"chat": candidate_acceptance})
     with (
         run_sim_in_thread(baseline_sim) as baseline,
         run_sim_in_thread(candidate_sim) as candidate,

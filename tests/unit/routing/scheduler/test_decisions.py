@@ -291,9 +291,7 @@ def test_the_break_even_state_moves_only_where_a_scorer_reads_it(
     policy = make_policy(backend("p", "plain"), backend("n", "ngram", "ngram", 4), routing=routing)
     for cached in (True, False):
         s = healthy_scheduler(policy, OWN)
-        s = Scheduler(
-            policy, s.fleet, s.acceptance, s.break_even, cache=cached, plugin_modules=OWN
-        )
+        s = Scheduler(policy, s.fleet, s.acceptance, s.break_even, cache=cached, plugin_modules=OWN)
         ngram = s.fleet.backends["n"]
         ngram.others_inflight = 200  # past any break-even, within its capacity
         s.schedule(RequestInfo("m", "chat"))

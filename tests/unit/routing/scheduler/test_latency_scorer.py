@@ -332,9 +332,7 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
     assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
 
 
-def test_the_shipped_default_keeps_a_conversation_on_its_engine_while_the_queue_allows() -> (
-    None
-):
+def test_the_shipped_default_keeps_a_conversation_on_its_engine_while_the_queue_allows() -> None:
     """policies/default.yaml reads the prefix cache: a conversation's next turn (the same
     leading messages, one more) goes to the engine that served the turns before, not to
     the one an unknown prompt of its size would take, until a prefill queue there outweighs
