@@ -72,9 +72,13 @@ class Settings(BaseModel):
     http_limit_concurrency: int | None = Field(default=4096, ge=1)
 
     scrape_interval_s: float = Field(default=2.0, gt=0)
-    # How often freed C-heap pages are handed back to the system (proxy/memory.py; 0: never).
-    memory_trim_interval_s: float = Field(default=30.0, ge=0)
     health_failures_to_eject: int = Field(default=2, ge=1)
+    memory_trim_interval_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="how often freed C-heap pages are handed back to the system "
+        "(proxy/memory.py); 0: never",
+    )
     # Passive outlier detection and overload back-off (proxy/routing/outlier.py; defaults
     # after Envoy's outlier_detection).
     outlier_consecutive_failures: int = Field(default=5, ge=1)
