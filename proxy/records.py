@@ -144,6 +144,16 @@ class LatencyForecast:
     cached_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixEvidence:
+    """What the prefix index held of a request's prompt on its backend just before it
+    recorded the prompt there, at the first byte: the prediction the engine's report of
+    its cached tokens is checked against once the response ends."""
+
+    run: int  # leading chunks held in a row
+    last: float | None  # when the backend last served the first chunk (None: never)
+
+
 @dataclass(slots=True)
 class Outcome:
     """What one relayed request measured; consumed by observers after the response."""
@@ -183,6 +193,8 @@ class Outcome:
     # TTFT was at least ``finished - started``, a censored observation the latency model
     # learns from too (else only the requests fast enough to answer would teach it).
     timed_out: bool = False
+    # Set when the prefix index recorded the prompt at the first byte (``on_prefilled``).
+    prefix_evidence: PrefixEvidence | None = None
 
     @property
     def ttft(self) -> float | None:

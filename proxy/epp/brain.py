@@ -388,7 +388,7 @@ class PickedExchange:
             outliers.failed(attempt.backend, f"status {status}")
         if not self._reads:
             # The prompt is off the engine's queue once it answers; no chunk will say so.
-            brain.dispatch.first_byte_came(attempt)
+            brain.dispatch.first_byte_came(attempt, prefilled=status == 200)
         elif status != 200 and self._reader is not None:
             # An error body is JSON, not events: kept whole like a unary one.
             self._reader, self._unary = None, []
@@ -404,7 +404,7 @@ class PickedExchange:
         outcome = attempt.outcome
         if outcome.first_byte is None and (chunk or end):
             outcome.first_byte = time.monotonic()
-            self._brain.dispatch.first_byte_came(attempt)
+            self._brain.dispatch.first_byte_came(attempt, prefilled=outcome.status == 200)
         reader = self._reader
         if reader is not None:
             out = reader.feed(chunk) if chunk else b""

@@ -129,7 +129,14 @@ def compose(
         *access,
     )
     overload = OverloadGuard(scheduler, latency, metrics, signal=pressure)
-    dispatch = Dispatcher(settings, runtime, listeners=listeners, sampler=shadow, overload=overload)
+    dispatch = Dispatcher(
+        settings,
+        runtime,
+        listeners=listeners,
+        prefilled=(prefix,),
+        sampler=shadow,
+        overload=overload,
+    )
     gateway = Gateway(settings, runtime, upstream, door, credentials, dispatch)
     review = ReviewBook(store)
     sync = PrefixSync(

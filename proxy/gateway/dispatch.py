@@ -32,7 +32,7 @@ from proxy.gateway.flow import (
 from proxy.gateway.overload import OverloadGuard
 from proxy.gateway.resume import Continuation
 from proxy.gateway.runtime import Runtime
-from proxy.gateway.seams import OutcomeListener, OutputSampler
+from proxy.gateway.seams import OutcomeListener, OutputSampler, PrefillListener
 from proxy.gateway.upstream import UpstreamResponse
 from proxy.metrics import GatewayMetrics
 from proxy.policy.admission import Priority
@@ -128,6 +128,7 @@ class Dispatcher:
         runtime: Runtime,
         *,
         listeners: Sequence[OutcomeListener] = (),
+        prefilled: Sequence[PrefillListener] = (),
         sampler: OutputSampler | None = None,
         outliers: OutlierDetector | None = None,
         overload: OverloadGuard | None = None,
@@ -140,6 +141,7 @@ class Dispatcher:
         # The same object across policy swaps (they rebuild its plugins in place).
         self.scheduler: Scheduler = runtime.scheduler
         self.listeners = tuple(listeners)
+        self.prefilled = tuple(prefilled)
         self.sampler = sampler
         self.outliers = outliers or OutlierDetector(runtime.fleet, outlier_config(settings))
         self.overload = overload or OverloadGuard(self.scheduler, runtime.latency, self.metrics)
@@ -350,11 +352,24 @@ class Dispatcher:
         asyncio.get_running_loop().call_soon(self.prepare, attempt)
         self._catch_up_soon()
 
-    def first_byte_came(self, attempt: Attempt) -> None:
-        # The first byte (a streamed response's first chunk, or the whole of a unary one) or
-        # the end of the stream: the prompt is no longer waiting for prefill.
+    def first_byte_came(self, attempt: Attempt, *, prefilled: bool) -> None:
+        """The first byte (a streamed response's first chunk, or the whole of a unary one),
+        the end of the stream, or on the picker's lean path the response headers: the
+        prompt is no longer waiting for prefill. ``prefilled``: a 200 that brought a first
+        byte (or its headers, on the lean path), which the prefill listeners hear of once
+        the relay of that byte is under way."""
         attempt.backend.prefill_pending -= attempt.prefill
         attempt.prefill = 0
+        if prefilled and self.prefilled:
+            asyncio.get_running_loop().call_soon(self._prefilled, attempt)
+
+    def _prefilled(self, attempt: Attempt) -> None:
+        outcome = attempt.outcome
+        if outcome.finished:  # ended meanwhile: the outcome listeners have it whole
+            return
+        request = attempt.decision.request
+        for listener in self.prefilled:
+            listener.on_prefilled(request, outcome)
 
     def uncount(self, attempt: Attempt) -> bool:
         """The attempt's counts off its backend (the in-flight count, a prefill still

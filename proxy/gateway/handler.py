@@ -412,7 +412,7 @@ class Gateway:
         except UpstreamError as exc:
             message = f"backend {backend.name} unreachable: {exc.detail}"
             raise UpstreamUnreachable(backend.name, message, exc.detail) from exc
-        self.dispatch.first_byte_came(attempt)
+        self.dispatch.first_byte_came(attempt, prefilled=upstream.status == 200 and bool(first))
         if streamed and not first:
             message = f"backend {backend.name} closed the stream before the first byte"
             raise UpstreamClosedEarly(backend.name, message, "closed before first byte")

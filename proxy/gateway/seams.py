@@ -11,7 +11,7 @@ from collections.abc import Awaitable
 from typing import Protocol
 
 from proxy.policy import Policy
-from proxy.records import Outcome, ParsedRequest, Route
+from proxy.records import Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.fleet import BackendState
 
 
@@ -22,6 +22,17 @@ class OutcomeListener(Protocol):
         were retried elsewhere) are not reported.
 
         Runs on the request's task: it must not block or await; queue anything slow.
+        """
+
+
+class PrefillListener(Protocol):
+    def on_prefilled(self, request: RequestInfo, outcome: Outcome) -> None:
+        """Called soon after a request's first byte came back with status 200 (on the
+        picker's lean path, its response headers): its engine has the prompt (prefilled,
+        or next in its queue), so a request with the same leading tokens that follows it
+        there finds them cached. Not called when the response ended first.
+
+        Runs as a callback on the loop: it must not block or await.
         """
 
 

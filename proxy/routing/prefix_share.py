@@ -9,8 +9,8 @@ Every ``interval_s`` one task:
   replica a client's connection lands on (write-behind: nothing waits on the store on the
   request path; the outbox is bounded and drops the oldest records);
 - compares each backend's scraped ``vllm:prefix_cache_hits`` growth with the hits the
-  index predicted for responses that did not report ``cached_tokens``
-  (:meth:`PrefixCorrection.from_counters`).
+  index predicted for responses that did not report ``cached_tokens``, summed over
+  20-second windows (:meth:`PrefixCorrection.from_counters`).
 
 vLLM names (V1 engine): ``vllm:prefix_cache_queries`` and ``vllm:prefix_cache_hits``, both
 counted in prompt tokens (docs.vllm.ai, "Production Metrics"; the llm-d inference
@@ -96,10 +96,14 @@ class PrefixSync:
             if hits is None or (before is not None and before[0] == backend.scraped_at):
                 continue  # not exported, or no new scrape since the last comparison
             self._hits[backend.name] = (backend.scraped_at, hits)
-            if before is None:  # the baseline: predictions before it are not compared
-                self.index.predicted_tokens.pop(backend.name, None)
-            if before is not None and hits >= before[1]:  # lower: the engine restarted
-                PrefixCorrection.from_counters(self.index, backend.name, hits - before[1])
+            if before is None or hits < before[1]:
+                # The baseline (predictions before it are not compared), or a count lower
+                # than the last: the engine restarted.
+                PrefixCorrection.restart_counters(self.index, backend.name)
+            else:
+                PrefixCorrection.from_counters(
+                    self.index, backend.name, hits - before[1], backend.scraped_at
+                )
 
     async def run(self) -> None:
         # Start at the feed's recent end: what is older than max_age_s is not replayed.

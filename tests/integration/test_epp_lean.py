@@ -13,6 +13,7 @@ import pytest
 
 from proxy.epp.ledger import EndLedger
 from proxy.routing.fleet import BackendState
+from proxy.routing.prefix import PrefixIndex, prompt_chunks
 from proxy.sim.config import SimConfig
 from proxy.sim.server import SimServer, run_sim_in_thread
 from tests.envoy_rig import EnvoyHandle
@@ -32,7 +33,10 @@ def sim() -> Iterator[SimServer]:
 @pytest.fixture(scope="module")
 def picker(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayHandle]:
     folder = tmp_path_factory.mktemp("lean")
-    policy = write_policy(folder / "p.yaml", {"backends": [sim_backend("b", sim.url, "plain")]})
+    # The shipped routing: the latency scorer, reading the prompt's chunks (prefix_cache).
+    routing = {"scorers": [{"type": "latency", "params": {"prefix_cache": True}}]}
+    document = {"backends": [sim_backend("b", sim.url, "plain")], "routing": routing}
+    policy = write_policy(folder / "p.yaml", document)
     with run_picker(policy) as handle:
         yield handle
 
@@ -180,3 +184,26 @@ def test_a_sampled_response_passes_the_picker_and_teaches_what_others_cannot(
     )
     assert _counted(picker, "specroute_ttft_seconds") == before[0] + 1
     assert _backend(picker).local_inflight == 0 and len(_ledger(picker)) == 0
+
+
+def test_an_unread_response_teaches_the_prefix_index(
+    picker: GatewayHandle, envoy: EnvoyHandle
+) -> None:
+    # Most responses pass the lean picker unread; their prompts still reach the prefix
+    # index, from the response headers on, so the next reader of a document finds the
+    # engine that has it.
+    brain = picker.app.state.picker.brain
+    index: PrefixIndex = picker.app.state.gateway.runtime.scheduler.prefix
+    document = "Context: " + "The warranty covers parts for two years. " * 40
+    messages = [{"role": "user", "content": document + "How long is the warranty?"}]
+    chunks = prompt_chunks({"messages": messages})
+    assert len(chunks) > 2 and "b" not in index.held(chunks)
+    client = openai.OpenAI(base_url=envoy.url + "/v1", api_key="x", max_retries=0)
+    saved = brain.sample_every
+    try:
+        brain.sample_every = 10**9
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3)  # type: ignore[arg-type]
+    finally:
+        brain.sample_every = saved
+    picker.wait_for(lambda: _backend(picker).local_inflight == 0, 10, "its end")
+    assert index.held(chunks) == {"b": len(chunks)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from proxy.gateway.runtime import Runtime
 from proxy.gateway.upstream import UpstreamError, UpstreamResponse, Written
 from proxy.metrics import GatewayMetrics
 from proxy.policy.credentials import BackendCredentials
-from proxy.records import Endpoint, Outcome, ParsedRequest, Route
+from proxy.records import Endpoint, Outcome, ParsedRequest, RequestInfo, Route
 from proxy.routing.acceptance import AcceptanceTracker
 from proxy.routing.breakeven import BreakEvenModel
 from proxy.routing.fleet import Fleet
@@ -44,20 +44,31 @@ class Scripted:
     error: UpstreamError | None = None
     silent: bool = False
     passed: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # Each chunk after the first comes on a later pass of the loop (a stream still running).
+    pause: bool = False
 
 
 class FakeResponse:
     content_type = "application/json"
 
     def __init__(
-        self, status: int, body: bytes, passed: list[tuple[bytes, bytes]] | None = None
+        self,
+        status: int,
+        body: bytes,
+        passed: list[tuple[bytes, bytes]] | None = None,
+        pause: bool = False,
     ) -> None:
         self.status = status
         self._chunks = [body] if body else []
         self.aborted = False
         self.passed = passed or []
+        self._pause = pause
+        self._first = True
 
     async def next_chunk(self) -> bytes:
+        if self._pause and not self._first:
+            await asyncio.sleep(0)
+        self._first = False
         return self._chunks.pop(0) if self._chunks else b""
 
     async def read(self) -> bytes:
@@ -91,7 +102,7 @@ class FakeUpstream:
             raise step.error
         if step.silent:
             await asyncio.sleep(10)
-        return FakeResponse(step.status, step.body, step.passed)
+        return FakeResponse(step.status, step.body, step.passed, step.pause)
 
 
 @dataclass
@@ -102,8 +113,20 @@ class Recorder:
         self.heard.append((outcome, route))
 
 
+@dataclass
+class PrefillRecorder:
+    heard: list[tuple[RequestInfo, Outcome]] = field(default_factory=list)
+
+    def on_prefilled(self, request: RequestInfo, outcome: Outcome) -> None:
+        self.heard.append((request, outcome))
+
+
 def build(
-    script: list[Scripted], route_headers: bool = True, method: str = "none", **sections: Any
+    script: list[Scripted],
+    route_headers: bool = True,
+    method: str = "none",
+    prefilled: Sequence[PrefillRecorder] = (),
+    **sections: Any,
 ) -> tuple[Gateway, FakeUpstream, Recorder]:
     k = 4 if method != "none" else 0
     a, b = backend("a", "plain", method, k), backend("b", "plain", method, k)
@@ -119,7 +142,7 @@ def build(
     upstream, recorder = FakeUpstream(script), Recorder()
     settings = Settings(first_byte_timeout_s=0.2, route_headers=route_headers)
     door = FrontDoor(None, LocalLimiter(), TenantMetrics(runtime.metrics.registry))
-    dispatch = Dispatcher(settings, runtime, listeners=[recorder])
+    dispatch = Dispatcher(settings, runtime, listeners=[recorder], prefilled=prefilled)
     gateway = Gateway(settings, runtime, upstream, door, BackendCredentials(policy), dispatch)
     return gateway, upstream, recorder
 
@@ -343,3 +366,28 @@ async def test_a_stream_broken_after_its_first_byte_counts_toward_ejection() -> 
         other.healthy = other is broken  # the next request goes there too
     await call(gateway, stream=True)
     assert broken.passive_failures == 0  # a complete stream ends the run
+
+
+async def test_prefill_listeners_hear_a_first_byte_of_200_while_its_response_runs() -> None:
+    prefill = PrefillRecorder()
+    running = Scripted(body=STREAM, pause=True)
+    gateway, _, recorder = build([running], prefilled=[prefill])
+    assert (await call(gateway, stream=True))[0] == 200
+    [(request, outcome)] = prefill.heard
+    assert outcome is recorder.heard[0][0] and request is recorder.heard[0][1].request
+    # Not for an error's body, nor for a stream closed before its first byte (the retry
+    # that served it is heard), nor for a response that ended before the listeners' turn:
+    # the outcome listeners have that one whole.
+    prefill = PrefillRecorder()
+    script = [
+        Scripted(status=400, body=b'{"error": "bad"}'),
+        Scripted(body=b""),
+        Scripted(body=STREAM, pause=True),
+        Scripted(body=CHAT),
+    ]
+    gateway, _, recorder = build(script, prefilled=[prefill])
+    assert (await call(gateway))[0] == 400
+    assert (await call(gateway, stream=True))[0] == 200
+    assert (await call(gateway))[0] == 200
+    await asyncio.sleep(0)
+    assert [outcome for _, outcome in prefill.heard] == [recorder.heard[1][0]]

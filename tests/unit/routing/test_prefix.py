@@ -8,6 +8,7 @@ from proxy.records import (
     Endpoint,
     Outcome,
     ParsedRequest,
+    PrefixEvidence,
     RequestInfo,
     Route,
     RouteKind,
@@ -15,6 +16,7 @@ from proxy.records import (
 )
 from proxy.routing.prefix import (
     CHUNK_ENDS,
+    COUNTER_WINDOW_S,
     CacheReports,
     PrefixCorrection,
     PrefixIndex,
@@ -177,6 +179,38 @@ def test_a_reported_miss_forgets_what_the_backend_served_before_it() -> None:
     assert index.confidence("unmeasured") == 1.0
 
 
+def test_a_prompt_hashed_for_routing_is_recorded_at_its_first_byte() -> None:
+    # The next request with the same document can come before the first one's response
+    # ends: it finds the prompt held from the first byte on, not only after the end.
+    index = PrefixIndex()
+    info = RequestInfo("m", "rag", prefix_chunks=(1, 2, 3))
+    outcome = Outcome("a", "plain", False, "rag", 0, 10.0, first_byte=10.4)
+    index.on_prefilled(info, outcome)
+    assert index.held((1, 2, 3, 9)) == {"a": 3}
+    assert index.served_at(1, "a") == 10.4
+    assert outcome.prefix_evidence == PrefixEvidence(0, None)  # nothing held before it
+    # Without chunks (the routing did not hash the prompt) it waits for the response's end.
+    index.on_prefilled(RequestInfo("m", "rag"), Outcome("b", "plain", False, "rag", 0, 10.0))
+    assert "b" not in index.held((1, 2, 3))
+
+
+def test_the_engine_report_is_judged_against_what_was_held_before_the_first_byte() -> None:
+    # Held on "a" from an earlier request; this one is recorded at its first byte, and its
+    # engine then reports nothing cached: a miss, judged against the index as it stood
+    # before this request's own record (which the index holds at its end).
+    index = PrefixIndex()
+    served(index, "a", (1, 2, 3, 4), prompt=256, cached=0, at=1.0)
+    info = RequestInfo("m", "chat", prefix_chunks=(1, 2, 5, 6))
+    parsed = ParsedRequest(Endpoint.CHAT, {}, b"", "m", False, False, False, 1)
+    outcome = Outcome("a", "plain", False, "chat", 0, 5.0, first_byte=5.5)
+    index.on_prefilled(info, outcome)
+    assert outcome.prefix_evidence == PrefixEvidence(2, 1.5)
+    outcome.prompt_tokens, outcome.cached_tokens = 256, 0
+    index.on_outcome(parsed, outcome, Route(info, "a", "plain", RouteReason(RouteKind.PLAIN, "")))
+    assert index.precision["a"].misses == 1
+    assert index.served_at(5, "a") == 5.5  # recorded once, at the first byte
+
+
 def test_a_prediction_made_after_the_request_was_sent_is_not_judged() -> None:
     # Two requests with a new document's prefix sent together: the first to finish records
     # it, the second was prefilled without it and reports nothing cached; no miss.
@@ -191,13 +225,31 @@ def test_counter_correction_lowers_confidence_where_predicted_hits_did_not_happe
     for at in range(4):  # the last three were predicted: 3 x 1000 prompt tokens
         served(index, "a", (1, 2, 3, 4), prompt=1000, cached=None, at=at)
     assert index.predicted_tokens == {"a": 3000.0}
-    PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
+    # Gathered into the backend's window, judged once it spans COUNTER_WINDOW_S.
+    PrefixCorrection.from_counters(index, "a", hits_delta=0.0, at=100.0)
+    assert index.precision == {} and index.predicted_tokens == {}
+    PrefixCorrection.from_counters(index, "a", hits_delta=0.0, at=100.0 + COUNTER_WINDOW_S)
     assert index.confidence("a") == pytest.approx(0.8)
-    assert index.predicted_tokens == {}
-    # Too little predicted to judge: no sample.
+    # Too little predicted to judge: the window runs on past its span.
     served(index, "a", (1, 2, 3, 4), prompt=100, cached=None, at=5)
-    PrefixCorrection.from_counters(index, "a", hits_delta=0.0)
+    PrefixCorrection.from_counters(index, "a", hits_delta=0.0, at=100.0 + 2 * COUNTER_WINDOW_S)
     assert index.precision["a"].samples == 1
+
+
+def test_counted_hits_and_predictions_a_scrape_apart_lower_nothing() -> None:
+    # The engine counts a request's hits when it prefills it; the index predicts them when
+    # its response ends, a scrape or more later. Every hit predicted happened: compared
+    # interval by interval (each sample at most 1), 0 then 2 would have read as misses.
+    index = PrefixIndex()
+    at = 0.0
+    for _ in range(30):
+        at += 2.0
+        PrefixCorrection.from_counters(index, "a", hits_delta=1000.0, at=at)
+        index.predicted_tokens["a"] = 1000.0
+        at += 2.0
+        PrefixCorrection.from_counters(index, "a", hits_delta=0.0, at=at)
+    assert index.precision["a"].samples >= 2
+    assert index.confidence("a") == pytest.approx(1.0)
 
 
 def test_long_prompts_are_hashed_whole_in_a_bounded_number_of_growing_chunks() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.routing.fleet import Fleet
-from proxy.routing.prefix import PrefixIndex
+from proxy.routing.prefix import COUNTER_WINDOW_S, PrefixIndex
 from proxy.routing.prefix_share import PAGE, PrefixSync
 from proxy.store import MemoryStore, SharedPrefix
 from tests.fixtures.redis import Replicas
@@ -58,9 +58,17 @@ def test_counters_are_compared_once_per_scrape_after_a_baseline() -> None:
     assert index.precision == {}
     a.prefix_cache_hits, a.scraped_at = 1500.0, 2.0  # 500 of 2000 predicted tokens hit
     sync.correct()
+    assert index.precision == {}  # the window opened here
+    a.scraped_at = 2.0 + COUNTER_WINDOW_S
+    sync.correct()
     assert index.confidence("a") == pytest.approx(1 - 0.2 * 0.75)
     assert index.precision["a"].source == "counters"
     assert "b" not in index.precision  # exports no counters
+    # A count lower than the last: the engine restarted; what was gathered is dropped.
+    index.predicted_tokens["a"] = 2000.0
+    a.prefix_cache_hits, a.scraped_at = 10.0, 30.0
+    sync.correct()
+    assert "a" not in index.predicted_tokens and "a" not in index.counter_windows
 
 
 async def test_a_backlog_is_read_in_pages() -> None:
