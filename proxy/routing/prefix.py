@@ -129,11 +129,13 @@ MISS_RATIO = 0.25
 class PrefixIndex:
     """Chunk hash -> backends that served it, LRU over ``capacity`` chunks.
 
-    An outcome listener: each relayed request that reached its backend records its chunks
-    there (after checking the engine's report of what it had cached against the index's
-    prediction). ``held`` and ``confidence`` are read by the ``prefix_affinity`` scorer.
-    Records that add something new are queued (bounded) for the store, and records from
-    other replicas are applied with :meth:`apply_remote`.
+    A prefill and an outcome listener: each relayed request that reached its backend
+    records its chunks there, at its first byte where the routing hashed them before
+    deciding (``on_prefilled``), else after its response; the engine's report of what it
+    had cached is checked against the index's prediction once the response ends.
+    ``held`` and ``confidence`` are read by the ``prefix_affinity`` scorer. Records that
+    add something new are queued (bounded) for the store, and records from other replicas
+    are applied with :meth:`apply_remote`.
     """
 
     def __init__(
