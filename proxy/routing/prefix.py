@@ -280,20 +280,20 @@ class PrefixIndex:
         self.record(chunks, backend, at=served)
 
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
-        evidence = outcome.prefix_evidence
+        evidence = outcome.prefix_evidence  # set when recorded at the first byte
+        # A first byte means the engine prefilled the prompt, so it now caches its blocks.
+        first_byte = outcome.first_byte
+        if evidence is None and first_byte is None:
+            return
         # Hashed before routing when the policy reads them, else here, after the response.
         chunks = route.request.prefix_chunks or prompt_chunks(request.body)
         if not chunks:
             return
-        if evidence is not None:  # recorded at the first byte
-            PrefixCorrection.check(self, evidence, len(chunks), outcome, route.backend)
-            return
-        # A first byte means the engine prefilled the prompt, so it now caches its blocks.
-        if outcome.first_byte is None:
-            return
-        evidence = self.evidence(chunks, route.backend)
+        if evidence is None:
+            evidence = self.evidence(chunks, route.backend)
         PrefixCorrection.check(self, evidence, len(chunks), outcome, route.backend)
-        self.record(chunks, route.backend, at=outcome.first_byte)
+        if outcome.prefix_evidence is None and first_byte is not None:
+            self.record(chunks, route.backend, at=first_byte)
 
     def snapshot(self) -> dict[str, object]:
         """What /admin/fleet shows of the index."""
