@@ -30,7 +30,7 @@ from loadtests.tools.prices import resolve_price
 from loadtests.tools.prompts import PromptFactory, parse_mix
 from loadtests.tools.report import machine, publish
 from loadtests.tools.simfleet import MODEL, SimFleet, SimSpec, step_lag
-from loadtests.tools.summary import Slo, metrics_acceptance, summarize
+from loadtests.tools.summary import Slo, metrics_acceptance, response_acceptance, summarize
 from loadtests.tools.traces import Phase, closed
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 256)
@@ -48,8 +48,15 @@ def ramp(levels: Sequence[int], settle_s: float, measure_s: float) -> list[Phase
 
 async def sweep(
     url: str, model: str, levels: Sequence[int], args: argparse.Namespace, label: str
-) -> tuple[list[dict[str, Any]], float | None]:
-    """One closed-loop point per level, and acceptance over the sweep from ``/metrics``."""
+) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    """One closed-loop point per level, and acceptance over the whole sweep from the
+    responses and from ``/metrics``.
+
+    The two sweep-wide figures count the same drafts (the load generator lets the last
+    requests finish before the counters are read again). A level's own figure does not:
+    at high concurrency few requests both start and end in its window, and those that do
+    are the ones whose drafts were accepted most (fewer steps), so it reads high.
+    """
     phases = ramp(levels, args.settle, args.measure)
     generator = LoadGenerator(url, model, time_scale=args.time_scale, progress=label)
     factory = PromptFactory(args.seed, parse_mix(args.mix), args.output_scale)
@@ -63,7 +70,11 @@ async def sweep(
         window = run.phase_windows[2 * i + 1]
         summary = summarize(run.records, window, run.time_scale, slo, price, gpus=1)
         points.append({"concurrency": level, **summary["overall"]})
-    return points, metrics_acceptance(before, after)
+    acceptance = {
+        "responses": response_acceptance(run.records),
+        "metrics": metrics_acceptance(before, after),
+    }
+    return points, acceptance
 
 
 async def _counters(url: str) -> dict[str, float]:
@@ -112,7 +123,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             fleet_of = SimFleet(specs, args.time_scale, Path(workdir), prefix_caching=False)
             async with fleet_of as fleet:
                 engines = await fleet.engine_states()
-                spec, accepted = await sweep(fleet.url("spec"), MODEL, levels, args, "speculative")
+                spec, acceptance = await sweep(
+                    fleet.url("spec"), MODEL, levels, args, "speculative"
+                )
                 plain, _ = await sweep(fleet.url("plain"), MODEL, levels, args, "plain")
                 results["lag"] = step_lag(engines, await fleet.engine_states())
             results["endpoints"] = {
@@ -120,11 +133,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "plain": "simulator",
             }
         else:
-            spec, accepted = await sweep(args.spec, args.model, levels, args, "speculative")
+            spec, acceptance = await sweep(args.spec, args.model, levels, args, "speculative")
             plain, _ = await sweep(args.plain, args.model, levels, args, "plain")
             results["endpoints"] = {"spec": args.spec, "plain": args.plain}
     results |= {"spec": spec, "plain": plain, "machine_after": machine()}
-    results["spec_metrics_acceptance"] = accepted
+    results["spec_metrics_acceptance"] = acceptance["metrics"]
+    results["spec_responses_acceptance"] = acceptance["responses"]
     tpot = [p["tpot_ms"]["p50"] for p in spec], [p["tpot_ms"]["p50"] for p in plain]
     tput = [p["output_tokens_per_s"] for p in spec], [p["output_tokens_per_s"] for p in plain]
     results["crossover_tpot"] = crossover(levels, *tpot)

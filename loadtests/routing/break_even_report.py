@@ -104,8 +104,12 @@ def render(results: dict[str, Any], folder: Path) -> str:
         f"**Crossover (throughput):** {'none in range' if tput is None else f'{tput:.0f}'}.",
         "",
         "Acceptance = accepted / drafted tokens from the responses' speculative-decoding "
-        "summaries; over the whole sweep from the speculative endpoint's /metrics: "
-        f"{fmt(results.get('spec_metrics_acceptance'), '.3f')}.",
+        "summaries (a level's figure counts the requests that ended in its window, which "
+        "at high concurrency favours those whose drafts were accepted most); over the "
+        f"whole sweep: {fmt(results.get('spec_responses_acceptance'), '.3f')} from the "
+        "responses, "
+        f"{fmt(results.get('spec_metrics_acceptance'), '.3f')} from the speculative "
+        "endpoint's /metrics.",
         "",
         points_table(results),
         "",

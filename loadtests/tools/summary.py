@@ -124,8 +124,6 @@ def _group(
     good = [r for r in ok if slo.met(r, scale)]
     tokens = sum(tokens_in_window(r, *window) for r in everything)
     tok_s = tokens / length if length > 0 else 0.0
-    accepted = sum(r.accepted or 0.0 for r in ok if r.drafted)
-    drafted = sum(r.drafted or 0.0 for r in ok if r.drafted)
     itl = [gap for r in ok for gap in r.itl]
     kinds = Counter((r.error or f"HTTP {r.status}")[:80] for r in chosen if not r.ok)
     group: dict[str, Any] = {
@@ -141,13 +139,22 @@ def _group(
         "tpot_ms": pcts([t for r in ok if (t := r.tpot) is not None], scale),
         "itl_ms": pcts(itl, scale),
         "e2e_ms": pcts([r.latency for r in ok if r.latency is not None], scale),
-        "acceptance": accepted / drafted if drafted else None,
+        "acceptance": response_acceptance(ok),
         "tokens_per_chunk": sum(r.tokens for r in ok) / max(1, sum(r.chunks for r in ok)),
         "error_kinds": dict(kinds.most_common(5)),
     }
     if price is not None:
         group["usd_per_m_output_tokens"] = usd_per_million_tokens(tok_s, gpus, price.usd_per_hour)
     return group
+
+
+def response_acceptance(records: Iterable[RequestRecord]) -> float | None:
+    """Draft acceptance from the responses' speculative-decoding summaries: accepted over
+    drafted tokens, pooled over the requests (not a mean of per-request rates)."""
+    with_drafts = [r for r in records if r.ok and r.drafted]
+    drafted = sum(r.drafted or 0.0 for r in with_drafts)
+    accepted = sum(r.accepted or 0.0 for r in with_drafts)
+    return accepted / drafted if drafted else None
 
 
 def metrics_acceptance(before: dict[str, float], after: dict[str, float]) -> float | None:

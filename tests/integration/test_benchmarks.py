@@ -119,10 +119,14 @@ async def test_break_even_speculation_wins_alone_and_loses_at_256(tmp_path: Path
     assert 1 <= results["crossover_tpot"] <= 256
     # Acceptance read back from the responses: chain drafting at per-token 0.4 with k=8
     # keeps at most sum(0.4^j, j=1..8) = 0.67 of 8 drafts per step (fewer near the end of
-    # short requests), and it agrees with the counters on the simulator's /metrics.
+    # short requests). A level's window is a sample, and at 256 a biased one (its requests
+    # are those that finished soonest, 0.10 seen on a slow host), so it is only bounded;
+    # over the whole sweep the responses count what the simulator's /metrics counts.
     for point in spec:
-        assert 0.02 < point["acceptance"] < 0.666 / 8 + 0.03, point["acceptance"]
-    assert spec[1]["acceptance"] == pytest.approx(results["spec_metrics_acceptance"], abs=0.02)
+        assert 0.02 < point["acceptance"] < 0.15, point["acceptance"]
+    sweep = results["spec_responses_acceptance"]
+    assert 0.02 < sweep < 0.666 / 8 + 0.005, sweep
+    assert sweep == pytest.approx(results["spec_metrics_acceptance"], abs=0.003)
     assert all(p["acceptance"] is None for p in plain)
     assert (tmp_path / "break_even.png").stat().st_size > 0
     assert "Crossover (TPOT)" in markdown
