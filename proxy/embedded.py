@@ -129,7 +129,8 @@ async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -
                         "tail_from": 0.1,
                         "prefix_cache": True,
                     },
-                }
+                },
+                {"type": "prefix_affinity", "weight": 0.5},
             ],
             "picker": {"type": "max_score"},
         },

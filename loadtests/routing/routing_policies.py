@@ -78,6 +78,9 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   weight moves chat onto the plain engines and costs goodput without lowering the tail);
 - ``specroute-no-tail``: what ships with the latency scorer's ``tail_weight`` at 0 (a
   first token bound for the tail weighs no more than any other wait; 64 ships);
+- ``specroute-no-affinity``: what ships without its ``prefix_affinity`` scorer (the latency
+  scorer alone, as shipped before issue 40's "Sessions stay on their engine");
+  ``specroute-sticky25``, ``specroute-sticky100``: that scorer at 0.25 and 1 (0.5 ships);
 - ``specroute-no-shadow``: what ships without its ``shadow`` section (what verification on
   by default costs the engines);
 - ``specroute-default-priority``: what ships with the open gateway's requests allowed to
@@ -175,6 +178,9 @@ EXPERIMENTS = (
     "specroute-no-shadow",
     "specroute-default-priority",
     "specroute-no-prefix",
+    "specroute-no-affinity",
+    "specroute-sticky25",
+    "specroute-sticky100",
     "specroute-queue-wait4",
     "specroute-queue-wait8",
     "specroute-queue-wait16",
@@ -269,6 +275,8 @@ class _Shipped:
     priority_header: bool = False
     # Over the shipped admission section (``priorities`` merged per priority).
     admission: dict[str, Any] = field(default_factory=dict)
+    # The ``prefix_affinity`` scorer's weight instead of the shipped one (0: without it).
+    affinity: float | None = None
 
 
 _SHIPPED_VARIANTS: dict[str, _Shipped] = {
@@ -287,6 +295,8 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-no-shadow": _Shipped(shadow=False),
     "specroute-default-priority": _Shipped(priority_header=True),
     "specroute-no-prefix": _Shipped(latency={"prefix_cache": False}),
+    "specroute-no-affinity": _Shipped(affinity=0.0),
+    **{f"specroute-sticky{w}": _Shipped(affinity=w / 100) for w in (25, 100)},
     **{
         f"specroute-queue-wait{n}": _Shipped(
             priority_header=True, admission={"priorities": {"standard": {"max_wait": float(n)}}}
@@ -380,6 +390,11 @@ def build_policy(
         for scorer in shipped["routing"]["scorers"]:
             if scorer["type"] == "latency":
                 scorer["params"] = {**scorer["params"], **variant.latency}
+        if variant.affinity is not None:
+            scorers = [s for s in shipped["routing"]["scorers"] if s["type"] != "prefix_affinity"]
+            if variant.affinity:
+                scorers.append({"type": "prefix_affinity", "weight": variant.affinity})
+            shipped["routing"]["scorers"] = scorers
         pools = {p: v for p, v in shipped.get("pools", {}).items() if p in present}
         cap = variant.cap
         backends = (

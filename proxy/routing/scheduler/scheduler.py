@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from proxy.policy import Policy
 from proxy.records import RequestInfo, RouteKind, RouteReason
@@ -155,6 +155,14 @@ def _weighted_sum(columns: list[tuple[float, Sequence[float]]], size: int) -> li
     return totals
 
 
+def _sparse_columns(
+    scorers: tuple[tuple[Scorer, float], ...],
+) -> tuple[tuple[Scorer, float, bool], ...]:
+    """The weighted scorers with whether each is sparse, or none when none is."""
+    columns = tuple((s, w, isinstance(s, SparseScorer)) for s, w in scorers if w)
+    return columns if any(sparse for _, _, sparse in columns) else ()
+
+
 def _built_in(plugin: object) -> bool:
     """A plugin of this package (not a deployment's own, loaded by import string)."""
     return type(plugin).__module__.startswith(__package__ + ".")
@@ -198,6 +206,10 @@ class _Profile:
     # (``scheduler/leaders.py``), adding the sparse scorers' few scores per request.
     leads: MaxScorePicker | None
     sparse: tuple[tuple[SparseScorer, float], ...]
+    # The weighted scorers, each with whether it is sparse, when one is
+    # (``_sparse_totals``; empty otherwise). Told apart here: ``isinstance`` against a
+    # protocol costs more per request than the sum.
+    sparse_columns: tuple[tuple[Scorer, float, bool], ...]
     # Whether a weighted scorer reads the latency model's per-backend terms.
     predicts: bool
     # Whether some scorer (weighted or not: explanations show each) reads the break-even
@@ -285,6 +297,7 @@ class Scheduler:
             break_even_decides=any(s.name == "break_even" for s in weighted),
             leads=picker if leads and isinstance(picker, MaxScorePicker) else None,
             sparse=sparse,
+            sparse_columns=_sparse_columns(scorers),
             predicts=any(s.name == "latency" for s in weighted),
             steps_break_even=not built_in
             or not all(isinstance(s, BLIND_TO_BREAK_EVEN) for s, _ in scorers),
@@ -458,17 +471,52 @@ class Scheduler:
             if self.fleet.weighted:
                 totals = [t * b.weight for t, b in zip(totals, backends, strict=True)]
             return totals
-        columns: list[tuple[float, Sequence[float]]] = []
-        for scorer, weight in profile.scorers:
-            values = scorer.score_all(ctx, backends)
-            if per_plugin is not None:
-                per_plugin[scorer.name] = values
-            if weight:
-                columns.append((weight, values))
-        totals = _weighted_sum(columns, len(backends))
+        if per_plugin is None and profile.sparse_columns:
+            totals = self._sparse_totals(profile, ctx, backends)
+        else:
+            columns: list[tuple[float, Sequence[float]]] = []
+            for scorer, weight in profile.scorers:
+                values = scorer.score_all(ctx, backends)
+                if per_plugin is not None:
+                    per_plugin[scorer.name] = values
+                if weight:
+                    columns.append((weight, values))
+            totals = _weighted_sum(columns, len(backends))
         if self.fleet.weighted:
             totals = [t * b.weight for t, b in zip(totals, backends, strict=True)]
         return totals
+
+    @staticmethod
+    def _sparse_totals(
+        profile: _Profile, ctx: SchedulingContext, backends: list[BackendState]
+    ) -> list[float]:
+        """``_weighted_sum`` of the scorers' columns, the sparse ones (``prefix_affinity``
+        beside the latency scorer, as shipped) added only where they score: a held prefix
+        names a few backends, and a column of 64 mostly zeros, with its pass to add it,
+        cost more than the rest of the sum. The same totals to the bit (adding ``w * 0.0``
+        changes nothing), in the same order."""
+        totals: list[float] | None = None
+        places: dict[str, int] | None = None
+        for scorer, weight, sparse in profile.sparse_columns:
+            if sparse:
+                found = cast(SparseScorer, scorer).score_some(ctx, backends)
+                if not found:
+                    continue
+                if totals is None:
+                    totals = [0.0] * len(backends)
+                if places is None:
+                    places = {b.name: i for i, b in enumerate(backends)}
+                for name, value in found.items():
+                    i = places.get(name)
+                    if i is not None:
+                        totals[i] = totals[i] + weight * value
+                continue
+            values = scorer.score_all(ctx, backends)
+            if totals is None:
+                totals = list(values) if weight == 1.0 else [weight * v for v in values]
+            else:
+                totals = [t + weight * v for t, v in zip(totals, values, strict=True)]
+        return totals if totals is not None else [0.0] * len(backends)
 
     def _explained(
         self,

@@ -30,3 +30,23 @@ def test_the_priority_variant_is_what_ships_with_the_header_allowed() -> None:
     ):
         policy = parse_policy(orjson.dumps(build_policy(name, FLEET)), name)
         assert place_of(policy.admission, None, Priority.CRITICAL).priority == expected
+
+
+def test_the_affinity_variants_change_only_the_prefix_affinity_weight() -> None:
+    """``specroute-no-affinity`` / ``-sticky25`` / ``-sticky100``: what ships, its
+    ``prefix_affinity`` scorer removed or at another weight, nothing else changed."""
+    shipped = build_policy("specroute-default", FLEET)
+    scorers = shipped["routing"]["scorers"]
+    assert [(s["type"], s.get("weight")) for s in scorers][1:] == [("prefix_affinity", 0.5)]
+    for name, weights in (
+        ("specroute-no-affinity", []),
+        ("specroute-sticky25", [0.25]),
+        ("specroute-sticky100", [1.0]),
+    ):
+        variant = build_policy(name, FLEET)
+        found = variant["routing"]["scorers"]
+        assert found[0] == scorers[0]
+        assert [s["weight"] for s in found[1:] if s["type"] == "prefix_affinity"] == weights
+        assert len(found) == 1 + len(weights)
+        rest = {k: v for k, v in variant.items() if k not in ("routing", "version")}
+        assert rest == {k: v for k, v in shipped.items() if k not in ("routing", "version")}

@@ -263,6 +263,37 @@ def test_saturated_requests_go_to_the_fewest_queued_prompt_tokens() -> None:
     assert chosen(plain, "code", tokens=1500, max_tokens=13) == "plain-1"
 
 
+def test_saturated_requests_count_only_the_prompt_their_engine_must_prefill() -> None:
+    """Past ``saturated_below``, with ``prefix_cache``, a request's own work on a backend
+    is the part of its prompt that backend's engine does not hold: a conversation's next
+    turn stays on the engine holding its turns although a little more is queued there,
+    where an unknown prompt of its size goes to the fewest queued tokens."""
+    params = {"saturated_below": 0.5, "prefix_cache": True}
+    routing = {**LATENCY_ONLY, "scorers": [{"type": "latency", "params": params}]}
+    s = healthy_scheduler(two_plain(routing=routing))
+    index = PrefixIndex()
+    s.prefix = index
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + "w " * 3000}
+        for i in range(6)
+    ]
+    index.record(prompt_chunks({"messages": turns}), "plain-0")
+    follow_up = {"messages": [*turns, {"role": "user", "content": "and then?"}]}
+    size = len(str(follow_up))
+    holder, other = s.fleet.backends["plain-0"], s.fleet.backends["plain-1"]
+    holder.local_inflight, other.local_inflight = 200, 200
+    # The holder has 5k more prompt tokens queued; the follow-up is ~9k tokens, nearly
+    # all of them cached there.
+    holder.prefill_pending, other.prefill_pending = 125_000, 120_000
+    request = RequestInfo("m", "chat", prompt_bytes=size, max_tokens=13,
+                          prefix_chunks=prompt_chunks(follow_up))  # fmt: skip
+    unknown = RequestInfo("m", "chat", prompt_bytes=size, max_tokens=13)
+    assert s.latency.prompt_tokens("chat", size) > 5_000
+    for asked, where in ((request, "plain-0"), (unknown, "plain-1")):
+        decision = s.schedule(asked)
+        assert decision.chosen is not None and decision.chosen.backend.name == where
+
+
 def test_with_overflow_and_no_guard_saturated_requests_go_to_the_longest_queue() -> None:
     """``overflow``: where the gateway sends every request (``overload.shed_above`` 0), a
     request no backend is likely to serve in time goes to the backend whose queue already
@@ -299,8 +330,9 @@ def test_scorer_params_are_validated() -> None:
 
 
 def test_the_shipped_default_routes_by_predicted_latency() -> None:
-    """policies/default.yaml: the latency scorer alone, at the weights measured in
-    loadtests/README.md (issue 15)."""
+    """policies/default.yaml: the latency scorer at the weights measured in
+    loadtests/README.md (issue 15), reading the prefix index, with ``prefix_affinity`` at
+    half a point beside it (issue 40)."""
     path = Path(__file__).resolve().parents[4] / "policies" / "default.yaml"
     policy = load_policy(path)
     assert [(p.type, p.params) for p in policy.routing.scorers] == [
@@ -317,8 +349,10 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
                 "tail_from": 0.1,
                 "prefix_cache": True,
             },
-        )
+        ),
+        ("prefix_affinity", {}),
     ]
+    assert [p.weight for p in policy.routing.scorers] == [1.0, 0.5]
     assert policy.overload.shed_above == 1.0  # refused past the objective in overload
     s = healthy_scheduler(policy)
     request = RequestInfo("llama-3.1-8b", "chat", prompt_bytes=4000, max_tokens=200)
@@ -335,8 +369,8 @@ def test_the_shipped_default_routes_by_predicted_latency() -> None:
 def test_the_shipped_default_keeps_a_conversation_on_its_engine_while_the_queue_allows() -> None:
     """policies/default.yaml reads the prefix cache: a conversation's next turn (the same
     leading messages, one more) goes to the engine that served the turns before, not to
-    the one an unknown prompt of its size would take, until a prefill queue there outweighs
-    the cached share."""
+    the one an unknown prompt of its size would take, and stays there where the latency
+    scorer alone would move it, until a prefill queue there outweighs the cached share."""
     path = Path(__file__).resolve().parents[4] / "policies" / "default.yaml"
     s = healthy_scheduler(load_policy(path))
     index = PrefixIndex()
@@ -358,6 +392,22 @@ def test_the_shipped_default_keeps_a_conversation_on_its_engine_while_the_queue_
     decision = s.schedule(request)
     assert decision.chosen is not None and decision.chosen.backend.name == "plain-0"
     assert "prompt tok cached" in s.reason(decision).text
+    # Some 10k prompt tokens queued there: the latency scorer alone would start the turn
+    # sooner on an idle engine, cold; the shipped prefix_affinity keeps it.
+    shipped = s.policy
+    alone = shipped.model_copy(
+        update={
+            "routing": shipped.routing.model_copy(update={"scorers": shipped.routing.scorers[:1]})
+        }
+    )
+    for policy, where in ((shipped, "plain-0"), (alone, "eagle3-0")):
+        s = healthy_scheduler(policy)
+        s.prefix = index
+        s.fleet.backends["plain-0"].prefill_pending = 10_000
+        decision = s.schedule(request)
+        assert decision.chosen is not None and decision.chosen.backend.name == where
+    s = healthy_scheduler(shipped)
+    s.prefix = index
     s.fleet.backends["plain-0"].prefill_pending = 200_000
     decision = s.schedule(request)
     assert decision.chosen is not None and decision.chosen.backend.name != "plain-0"

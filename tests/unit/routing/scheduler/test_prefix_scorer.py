@@ -22,8 +22,10 @@ SCORERS = [
 ]
 
 
-def scheduler(*backends: dict[str, Any], **sections: Any) -> tuple[Scheduler, PrefixIndex]:
-    policy: Policy = make_policy(*backends, routing={"scorers": SCORERS}, **sections)
+def scheduler(
+    *backends: dict[str, Any], scorers: list[dict[str, Any]] = SCORERS, **sections: Any
+) -> tuple[Scheduler, PrefixIndex]:
+    policy: Policy = make_policy(*backends, routing={"scorers": scorers}, **sections)
     fleet = Fleet(policy)
     for b in fleet.backends.values():
         b.healthy = True
@@ -108,3 +110,32 @@ def test_the_fused_pass_plus_affinity_gives_the_per_scorer_totals() -> None:
     explained = s.schedule(request, explain=True).full_order or []
     by_name = {c.backend.name: c.total for c in explained}
     assert dict(zip([b.name for b in fast.backends], fast.totals, strict=True)) == by_name
+
+
+def test_the_latency_scorer_plus_affinity_adds_only_where_a_prefix_is_held() -> None:
+    """As shipped (latency, then prefix_affinity at 0.5): the request path adds the
+    affinity only to the backends holding the prefix, the same totals to the bit as the
+    per-scorer sum, weighted fleet included; with nothing held, the latency's own."""
+    shipped = [
+        {"type": "latency", "params": {"prefix_cache": True}},
+        {"type": "prefix_affinity", "weight": 0.5},
+    ]
+    s, index = scheduler(
+        backend("plain-0", "plain"),
+        backend("ngram-0", "ngram", "ngram", 4),
+        backend("eagle-0", "eagle3", "eagle3", 3, weight=2.0),
+        scorers=shipped,
+    )
+    assert s._profile.sparse_columns
+    index.record(CHUNKS[:4], "ngram-0")
+    index.record(CHUNKS, "plain-0")
+    for i, b in enumerate(s.fleet.backends.values()):
+        b.others_inflight = 30 * i
+    for chunks in (CHUNKS, (1, 2, 3)):
+        request = RequestInfo("m", "code", prompt_bytes=40_000, prefix_chunks=chunks)
+        fast = s.schedule(request)
+        explained = s.schedule(request, explain=True).full_order or []
+        by_name = {c.backend.name: c.total for c in explained}
+        assert dict(zip([b.name for b in fast.backends], fast.totals, strict=True)) == by_name
+        affinity = {c.backend.name: c.scores["prefix_affinity"] for c in explained}
+        assert (affinity["plain-0"] > affinity["ngram-0"] > 0) == (chunks == CHUNKS)
