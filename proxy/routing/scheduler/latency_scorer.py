@@ -201,9 +201,7 @@ class LatencyScorer:
         The request's own work on a backend is the part of its prompt that backend must
         prefill (``shares``: what its engine likely has cached): counted whole, a
         conversation's next turn weighed as much prefill on its own engine as on a cold
-        one, and under overload the blend scattered sessions off their caches (the
-        engines' hit rate 48% against the prefix-affinity reference's 56% at four times
-        the conversation trace's rate; loadtests/README.md, issue 40)."""
+        one (loadtests/README.md, "Sessions stay on their engine")."""
         works = [
             (b.prefill_pending if b.prefill_pending > 0 else 0)
             + max(1, round(prompt * (1.0 - share)))
