@@ -280,20 +280,23 @@ class PrefixIndex:
         self.record(chunks, backend, at=served)
 
     def on_outcome(self, request: ParsedRequest, outcome: Outcome, route: Route) -> None:
-        evidence = outcome.prefix_evidence  # set when recorded at the first byte
+        recorded = outcome.prefix_evidence  # set when recorded at the first byte
         # A first byte means the engine prefilled the prompt, so it now caches its blocks.
         first_byte = outcome.first_byte
-        if evidence is None and first_byte is None:
+        if recorded is None and first_byte is None:
             return
         # Hashed before routing when the policy reads them, else here, after the response.
         chunks = route.request.prefix_chunks or prompt_chunks(request.body)
         if not chunks:
             return
-        if evidence is None:
-            evidence = self.evidence(chunks, route.backend)
-        PrefixCorrection.check(self, evidence, len(chunks), outcome, route.backend)
-        if outcome.prefix_evidence is None and first_byte is not None:
-            self.record(chunks, route.backend, at=first_byte)
+        backend = route.backend
+        if recorded is not None:
+            PrefixCorrection.check(self, recorded, len(chunks), outcome, backend)
+        elif first_byte is not None:
+            PrefixCorrection.check(
+                self, self.evidence(chunks, backend), len(chunks), outcome, backend
+            )
+            self.record(chunks, backend, at=first_byte)
 
     def snapshot(self) -> dict[str, object]:
         """What /admin/fleet shows of the index."""
