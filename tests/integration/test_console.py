@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from proxy.settings import Settings
 from proxy.sim.server import SimServer
@@ -171,6 +171,49 @@ def test_verification_view_reviews_and_labels_mismatches(gw: GatewayHandle, page
     expect(labelled.locator(".review-label")).to_contain_text("real change after token 4")
     expect(groups).to_contain_text("drift 1")
     shoot(page, "verification-labelled")
+
+
+def test_an_older_refresh_answering_last_does_not_redraw_the_review_list(
+    gw: GatewayHandle, page: Page
+) -> None:
+    """The poll, a label sent and a filter changed each refresh the list; when the answer of
+    an older refresh (another filter) arrives last it is dropped, not drawn over the newer."""
+    unlabeled = httpx.get(gw.url + "/admin/shadow/review?label=unlabeled&limit=1").json()
+    record_id = unlabeled["mismatches"][0]["id"]
+    httpx.post(
+        gw.url + f"/admin/shadow/review/{record_id}/label",
+        json={"label": "noise", "by": "race", "note": ""},
+    ).raise_for_status()
+    held: list[Route] = []
+    hold_every_list = False
+
+    def hold(route: Route) -> None:
+        if hold_every_list or "label=any" in route.request.url:
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/admin/shadow/review?*", hold)
+    page.goto(gw.url + "/ui/verification")
+    for _ in range(50):  # the first refresh asks for every mismatch
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the view never asked for the unfiltered list"
+    page.select_option("#review-filter", "noise")
+    noise = httpx.get(gw.url + "/admin/shadow/review?label=noise&limit=20").json()["mismatches"]
+    cards = page.locator("#mismatches .mismatch")
+    expect(cards).to_have_count(len(noise))
+    # No later poll may redraw the list from here on: the older, unfiltered answers arrive
+    # last, and are given time to draw.
+    hold_every_list = True
+    for route in [r for r in held if "label=any" in r.request.url]:
+        with page.expect_response(lambda r: "label=any" in r.url):
+            route.continue_()
+    page.wait_for_timeout(1000)
+    expect(cards).to_have_count(len(noise))
+    for card in cards.all():
+        expect(card.locator(".review-label")).to_contain_text("noise")
 
 
 def test_canary_buttons_promote_then_roll_back(gw: GatewayHandle, page: Page) -> None:

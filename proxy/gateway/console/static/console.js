@@ -490,14 +490,9 @@ function reviewCard(m) {
   return { node, state };
 }
 
-async function renderReview(rows) {
-  const box = document.getElementById("mismatches");
-  // Holding still while a note is typed: a re-ordered list would take the focus away.
-  if (box.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
-  const missing = rows.filter((m) => !reviewCards.has(m.id));
-  const details = await Promise.all(missing.map((m) =>
-    api(`/admin/shadow/review/${encodeURIComponent(m.id)}`)));
-  for (const d of details) reviewCards.set(d.id, reviewCard(d));
+// Draws the fetched rows; synchronous, so no other refresh can change the card map half way.
+function renderReview(rows, details) {
+  for (const d of details) if (!reviewCards.has(d.id)) reviewCards.set(d.id, reviewCard(d));
   const seen = new Set(rows.map((m) => m.id));
   for (const id of reviewCards.keys()) if (!seen.has(id)) reviewCards.delete(id);
   for (const m of rows) {
@@ -508,12 +503,24 @@ async function renderReview(rows) {
   else fill("mismatches", rows.map((m) => reviewCards.get(m.id).node));
 }
 
+// Refreshes overlap (the poll, a label sent, the filter changed); each takes a ticket and only
+// the newest one draws, or an older list (another filter) would drop cards the newer one shows.
+let verificationTicket = 0;
+
 async function refreshVerification() {
+  const ticket = ++verificationTicket;
   const filter = document.getElementById("review-filter").value;
   const [summary, review] = await Promise.all([
     api("/admin/shadow"), api(`/admin/shadow/review?limit=20&label=${encodeURIComponent(filter)}`)]);
+  const rows = review.mismatches;
+  const details = await Promise.all(rows.filter((m) => !reviewCards.has(m.id)).map((m) =>
+    api(`/admin/shadow/review/${encodeURIComponent(m.id)}`)));
+  if (ticket !== verificationTicket) return;
   renderShadow(summary);
-  await renderReview(review.mismatches);
+  // Holding still while a note is typed: a re-ordered list would take the focus away.
+  const box = document.getElementById("mismatches");
+  if (box.contains(document.activeElement) && document.activeElement.tagName === "INPUT") return;
+  renderReview(rows, details);
 }
 
 function setupVerification() {
