@@ -92,10 +92,10 @@ BODIES = [
 
 
 # ``--routing``: the schema's built-in (break-even) profile, the shipped scorers (the
-# latency scorer alone, as policies/default.yaml states it), the latency scorer reading
-# the prefix index (``prefix_cache``), or the
-# built-in scorers plus ``prefix_affinity``; the last two over a full prefix index (the
-# request's chunk hashing, on the request path, timed with the decision).
+# latency scorer with ``prefix_affinity`` beside it, as policies/default.yaml states them),
+# the latency scorer reading the prefix index (``prefix_cache``), or the built-in scorers
+# plus ``prefix_affinity``; the last three over a full prefix index (the request's chunk
+# hashing, on the request path, timed with the decision).
 ROUTINGS: dict[str, dict[str, Any] | None] = {
     "default": None,
     "latency": {"scorers": [s.model_dump() for s in load_policy(SHIPPED_POLICY).routing.scorers]},

@@ -16,11 +16,12 @@ this project's 2-core host) and 122 for the largest body; with 256-byte chunks
 throughout, a 32 KB prompt cost ~175-300 us of hashing and walking.
 
 The hashes are stable across processes (replicas share them through the store,
-proxy/routing/prefix_share.py): CRC-32 and Adler-32 of the whole prefix up to each chunk
-end (both continue from the previous chunk's value, so the chaining is the checksums' own),
-side by side in 64 bits. Python's ``hash`` of bytes is salted per process; blake2b cost
-~1 us per chunk against ~0.4 us here (one decision's budget is 100 us and a 32 KB prompt
-has 128 chunks). A collision only misjudges one affinity score.
+proxy/routing/prefix_share.py): each chunk's XXH3-64 seeded with the hash of the chunk
+before, so a hash stands for the whole prefix up to its chunk's end. Python's ``hash`` of
+bytes is salted per process; blake2b cost ~1 us per chunk, CRC-32 beside Adler-32 (each
+continuing from the previous chunk's value, the form before) ~0.6 us, XXH3 ~0.15 us
+(``timeit`` on this project's 2-core host: 2.0 against 5.2 us for a 2.6 KB prompt of 6
+chunks, 10.6 against 28.5 us for 32 KB). A collision only misjudges one affinity score.
 
 The index maps a chunk hash to the backends that served it, least recently served chunks
 dropped first past ``capacity`` entries. It forgets by age, and learns from the engines
@@ -35,12 +36,13 @@ that the engine reports as a miss marks everything that backend served before as
 from __future__ import annotations
 
 import time
-import zlib
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import orjson
+from xxhash import xxh3_64_intdigest
 
 from proxy.records import Outcome, ParsedRequest, PrefixEvidence, RequestInfo, Route
 from proxy.store import SharedPrefix
@@ -66,16 +68,14 @@ def prompt_chunks(body: dict[str, object]) -> tuple[int, ...]:
         data = orjson.dumps(prompt)
     except TypeError:
         return ()
-    crc32, adler32 = zlib.crc32, zlib.adler32
+    digest = xxh3_64_intdigest
     out: list[int] = []
-    crc, adler, start, size = 0, 1, 0, len(data)
+    chained, start, size = 0, 0, len(data)
     for end in CHUNK_ENDS:
         if start >= size:
             break
-        chunk = data[start:end]
-        crc = crc32(chunk, crc)
-        adler = adler32(chunk, adler)
-        out.append(crc << 32 | adler)
+        chained = digest(data[start:end], chained)
+        out.append(chained)
         start = end
     return tuple(out)
 
@@ -208,19 +208,33 @@ class PrefixIndex:
     def held(self, chunks: Sequence[int]) -> dict[str, int]:
         """Per backend, how many of the leading chunks it holds in a row (absent: none)."""
         table = self._chunks
+        first = table.get(chunks[0]) if chunks else None
+        if not first:
+            return {}
         horizon = self._horizon
-        run: dict[str, int] = {}
-        for i, h in enumerate(chunks):
+        # The backends still holding every chunk so far (few: ``holders_per_chunk`` at
+        # most), followed chunk by chunk; a backend's run is the depth where it dropped out.
+        if horizon:
+            alive = [name for name, served in first.items() if served > horizon.get(name, NEVER)]
+        else:
+            alive = list(first)
+        run = dict.fromkeys(alive, 1)
+        depth = 1
+        for h in islice(chunks, 1, None):
             holders = table.get(h)
             if holders is None:
                 break
-            extended = False
-            for name, served in holders.items():
-                if run.get(name, 0) == i and (not horizon or served > horizon.get(name, NEVER)):
-                    run[name] = i + 1
-                    extended = True
-            if not extended:
+            if horizon:
+                alive = [
+                    name for name in alive if holders.get(name, NEVER) > horizon.get(name, NEVER)
+                ]
+            else:
+                alive = [name for name in alive if name in holders]
+            if not alive:
                 break
+            depth += 1
+            for name in alive:
+                run[name] = depth
         return run
 
     def cached_shares(self, chunks: Sequence[int]) -> dict[str, float]:

@@ -74,6 +74,10 @@ class _Group:
     wake: float = -math.inf
     # Bumped whenever ``backends`` is replaced (the classes' totals follow it).
     generation: int = 0
+    # ``backends`` without the places the acceptance floor excludes, per set of places:
+    # the same few sets recur request after request, and the same list object lets the
+    # latency terms and the sparse scores find their places kept by the list.
+    without: dict[frozenset[int], list[BackendState]] = field(default_factory=dict)
     # The built-in totals per class.
     classes: dict[str, _Scores] = field(default_factory=dict)
 
@@ -82,6 +86,10 @@ class _Group:
 # keeping results (loadtests/README.md, routing decision time: at 8 and 16 backends the
 # kept-results path took 1.2-1.3x the time of recomputing, at 24 as long, at 64 0.64x).
 SMALLEST_FLEET = 24
+
+# Lists of survivors without the floored places kept per model (``_Group.without``): a
+# class's floor excludes one set at a time, and a handful of classes share a model.
+_MAX_WITHOUT = 16
 
 
 class DecisionCache:
@@ -154,7 +162,7 @@ class DecisionCache:
             # The acceptance floor from the few backends below it, as ``decide`` applies
             # it (usually none: the kept list as it is, no pass over it).
             skip = self._floored_out(ctx, group)
-            backends = [b for i, b in enumerate(listed) if i not in skip] if skip else listed
+            backends = self._without(group, skip) if skip else listed
         else:
             backends = self._filter_rest(ctx, listed)
         if ctx.forced is not None and all(b.name != ctx.forced for b in backends):
@@ -247,6 +255,17 @@ class DecisionCache:
             group = self._groups[model] = self._new_group(model)
         self._verdicts(ctx, group)
         return group
+
+    @staticmethod
+    def _without(group: _Group, skip: frozenset[int]) -> list[BackendState]:
+        """The survivors without the places in ``skip``, one list per set of places until
+        the survivors change (callers never change a list they are handed)."""
+        kept = group.without.get(skip)
+        if kept is None:
+            if len(group.without) >= _MAX_WITHOUT:
+                group.without.clear()
+            kept = group.without[skip] = [b for i, b in enumerate(group.backends) if i not in skip]
+        return kept
 
     def _scores(self, label: str, group: _Group) -> _Scores:
         scores = group.classes.get(label)
@@ -423,6 +442,7 @@ class DecisionCache:
             group.backends = result
             group.pos = {b.name: i for i, b in enumerate(result)}
             group.generation += 1
+            group.without.clear()
 
     def _follow(self, group: _Group, scores: _Scores) -> None:
         """Re-align a class's totals to its group's new survivors: kept where known, the

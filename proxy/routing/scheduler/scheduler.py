@@ -252,6 +252,8 @@ class Scheduler:
         self._cached = cache
         self._profile = self.build_profile(policy, self.plugin_modules)
         self._cache = self._new_cache(self._profile)
+        # The last candidate list's places by name (``_places``).
+        self._kept_places: tuple[list[BackendState], dict[str, int]] | None = None
 
     def _new_cache(self, profile: _Profile) -> DecisionCache | None:
         if not self._cached:
@@ -486,9 +488,20 @@ class Scheduler:
             totals = [t * b.weight for t, b in zip(totals, backends, strict=True)]
         return totals
 
-    @staticmethod
+    def _places(self, backends: list[BackendState]) -> dict[str, int]:
+        """Each candidate's place in ``backends`` by name. Kept for the last list: the
+        cache hands out its survivors' list itself, the same object from one request to
+        the next until a verdict moves (then a new list), and building 64 places cost
+        ~7 µs, a third of a decision."""
+        kept = self._kept_places
+        if kept is not None and kept[0] is backends:
+            return kept[1]
+        places = {b.name: i for i, b in enumerate(backends)}
+        self._kept_places = (backends, places)
+        return places
+
     def _sparse_totals(
-        profile: _Profile, ctx: SchedulingContext, backends: list[BackendState]
+        self, profile: _Profile, ctx: SchedulingContext, backends: list[BackendState]
     ) -> list[float]:
         """``_weighted_sum`` of the scorers' columns, the sparse ones (``prefix_affinity``
         beside the latency scorer, as shipped) added only where they score: a held prefix
@@ -505,7 +518,7 @@ class Scheduler:
                 if totals is None:
                     totals = [0.0] * len(backends)
                 if places is None:
-                    places = {b.name: i for i, b in enumerate(backends)}
+                    places = self._places(backends)
                 for name, value in found.items():
                     i = places.get(name)
                     if i is not None:

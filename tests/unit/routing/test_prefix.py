@@ -3,6 +3,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.records import (
     Endpoint,
@@ -50,6 +52,50 @@ def test_held_counts_the_leading_run_per_backend() -> None:
     index.record((9, 3), "c")  # holds chunk 3 but not the ones before it
     assert index.held((1, 2, 3, 5)) == {"a": 3, "b": 2}
     assert index.held((7, 1)) == {}
+
+
+_records = st.lists(
+    st.tuples(
+        st.lists(st.integers(0, 5), min_size=1, max_size=6),
+        st.sampled_from("abcde"),
+        st.floats(0, 100),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=_records,
+    evicted=st.lists(st.tuples(st.sampled_from("abcde"), st.floats(0, 100)), max_size=4),
+    asked=st.lists(st.integers(0, 5), max_size=8),
+)
+def test_held_is_each_backends_run_of_leading_chunks_served_since_its_horizon(
+    records: list[tuple[list[int], str, float]],
+    evicted: list[tuple[str, float]],
+    asked: list[int],
+) -> None:
+    index = PrefixIndex(capacity=5, holders_per_chunk=3)
+    for chunks, backend, at in records:
+        index.record(chunks, backend, at=at)
+    for backend, served in evicted:
+        index.forget_before(backend, served)
+    horizons = dict(evicted)
+    for backend, served in evicted:
+        horizons[backend] = max(horizons[backend], served)
+
+    def holds(chunk: int, backend: str) -> bool:
+        served = index.served_at(chunk, backend)
+        return served is not None and served > horizons.get(backend, float("-inf"))
+
+    expected = {}
+    for backend in "abcde":
+        run = 0
+        while run < len(asked) and holds(asked[run], backend):
+            run += 1
+        if run:
+            expected[backend] = run
+    assert index.held(asked) == expected
 
 
 def test_the_index_is_bounded() -> None:
