@@ -114,9 +114,21 @@ class FakeKube:
         try:
             yield self
         finally:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), self.loop).result(10)
+            asyncio.run_coroutine_threadsafe(self._stop(runner), self.loop).result(10)
             self.loop.call_soon_threadsafe(self.loop.stop)
             thread.join(10)
+            self.loop.close()
+
+    @staticmethod
+    async def _stop(runner: web.AppRunner) -> None:
+        """The server down, then the watches still streaming ended here: left pending,
+        they were destroyed with the loop later ("Task was destroyed but it is pending",
+        "Event loop is closed" at the end of the run)."""
+        await runner.cleanup()
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def served(engines: dict[str, SimServer], port: int) -> dict[str, float]:
