@@ -11,8 +11,8 @@ histories), and growing past that (8 KiB to 256 KiB, 32 KiB to 1 MiB, 512 KiB to
 so that a long prompt is indexed whole: two 100k-token conversations that differ only in
 their last turn are told apart, where a fixed 64 KiB window (~13k tokens) would have seen
 one prompt (past 16 MiB, twice the default body limit, by its first 16 MiB). That bounds
-the work on the request path at 44 hashes and index lookups up to 64 KiB (~1 us each on
-this project's 2-core host) and 122 for the largest body; with 256-byte chunks
+the work on the request path at 44 hashes and index lookups up to 64 KiB (hashing ~0.4 us
+a chunk on this project's 2-core host, below) and 122 for the largest body; with 256-byte chunks
 throughout, a 32 KB prompt cost ~175-300 us of hashing and walking.
 
 The hashes are stable across processes (replicas share them through the store,

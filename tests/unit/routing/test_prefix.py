@@ -80,9 +80,9 @@ def test_held_is_each_backends_run_of_leading_chunks_served_since_its_horizon(
         index.record(chunks, backend, at=at)
     for backend, served in evicted:
         index.forget_before(backend, served)
-    horizons = dict(evicted)
-    for backend, served in evicted:
-        horizons[backend] = max(horizons[backend], served)
+    horizons: dict[str, float] = {}
+    for backend, served in evicted:  # the latest of each backend's marks
+        horizons[backend] = max(horizons.get(backend, served), served)
 
     def holds(chunk: int, backend: str) -> bool:
         served = index.served_at(chunk, backend)
