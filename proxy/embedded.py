@@ -130,7 +130,7 @@ async def start_embedded_fleet(host: str = "127.0.0.1", *, quiet: bool = True) -
                         "prefix_cache": True,
                     },
                 },
-                {"type": "prefix_affinity", "weight": 0.5},
+                {"type": "prefix_affinity", "weight": 1.0},
             ],
             "picker": {"type": "max_score"},
         },

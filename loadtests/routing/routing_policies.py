@@ -80,7 +80,8 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   first token bound for the tail weighs no more than any other wait; 64 ships);
 - ``specroute-no-affinity``: what ships without its ``prefix_affinity`` scorer (the latency
   scorer alone, as shipped before issue 40's "Sessions stay on their engine");
-  ``specroute-sticky25``, ``specroute-sticky100``: that scorer at 0.25 and 1 (0.5 ships);
+  ``specroute-sticky25``, ``specroute-sticky50``, ``specroute-sticky200``: that scorer
+  at 0.25, 0.5 (shipped until 2026-12-07 evening) and 2 (1 ships);
 - ``specroute-no-shadow``: what ships without its ``shadow`` section (what verification on
   by default costs the engines);
 - ``specroute-default-priority``: what ships with the open gateway's requests allowed to
@@ -180,7 +181,9 @@ EXPERIMENTS = (
     "specroute-no-prefix",
     "specroute-no-affinity",
     "specroute-sticky25",
-    "specroute-sticky100",
+    "specroute-sticky50",
+    "specroute-sticky75",
+    "specroute-sticky200",
     "specroute-queue-wait4",
     "specroute-queue-wait8",
     "specroute-queue-wait16",
@@ -296,7 +299,7 @@ _SHIPPED_VARIANTS: dict[str, _Shipped] = {
     "specroute-default-priority": _Shipped(priority_header=True),
     "specroute-no-prefix": _Shipped(latency={"prefix_cache": False}),
     "specroute-no-affinity": _Shipped(affinity=0.0),
-    **{f"specroute-sticky{w}": _Shipped(affinity=w / 100) for w in (25, 100)},
+    **{f"specroute-sticky{w}": _Shipped(affinity=w / 100) for w in (25, 50, 75, 200)},
     **{
         f"specroute-queue-wait{n}": _Shipped(
             priority_header=True, admission={"priorities": {"standard": {"max_wait": float(n)}}}

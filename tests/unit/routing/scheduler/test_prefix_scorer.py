@@ -113,12 +113,12 @@ def test_the_fused_pass_plus_affinity_gives_the_per_scorer_totals() -> None:
 
 
 def test_the_latency_scorer_plus_affinity_adds_only_where_a_prefix_is_held() -> None:
-    """As shipped (latency, then prefix_affinity at 0.5): the request path adds the
+    """As shipped (latency, then prefix_affinity at 1): the request path adds the
     affinity only to the backends holding the prefix, the same totals to the bit as the
     per-scorer sum, weighted fleet included; with nothing held, the latency's own."""
     shipped = [
         {"type": "latency", "params": {"prefix_cache": True}},
-        {"type": "prefix_affinity", "weight": 0.5},
+        {"type": "prefix_affinity", "weight": 1.0},
     ]
     s, index = scheduler(
         backend("plain-0", "plain"),
