@@ -80,8 +80,8 @@ Experiments, run only when named with ``--policies`` (not part of the default ru
   first token bound for the tail weighs no more than any other wait; 64 ships);
 - ``specroute-no-affinity``: what ships without its ``prefix_affinity`` scorer (the latency
   scorer alone, as shipped before issue 40's "Sessions stay on their engine");
-  ``specroute-sticky25``, ``specroute-sticky50``, ``specroute-sticky200``: that scorer
-  at 0.25, 0.5 (shipped until 2026-12-07 evening) and 2 (1 ships);
+  ``specroute-sticky25``, ``-sticky50``, ``-sticky75``, ``-sticky200``: that scorer at
+  0.25, 0.5 (shipped until 2026-12-07 evening), 0.75 and 2 (1 ships);
 - ``specroute-no-shadow``: what ships without its ``shadow`` section (what verification on
   by default costs the engines);
 - ``specroute-default-priority``: what ships with the open gateway's requests allowed to

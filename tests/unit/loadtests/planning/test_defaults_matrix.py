@@ -33,7 +33,7 @@ def test_a_load_replays_its_traces_factor_unless_told_another(tmp_path: Path) ->
             assert moved[name] == (factor, rate)
 
 
-def test_a_factor_must_name_a_load(tmp_path: Path) -> None:
+def test_a_factor_must_name_a_load() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--factor", "peak=8"])
     with pytest.raises(SystemExit):

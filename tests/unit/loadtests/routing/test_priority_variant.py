@@ -33,7 +33,7 @@ def test_the_priority_variant_is_what_ships_with_the_header_allowed() -> None:
 
 
 def test_the_affinity_variants_change_only_the_prefix_affinity_weight() -> None:
-    """``specroute-no-affinity`` / ``-sticky25`` / ``-sticky50`` / ``-sticky200``: what ships, its
+    """``specroute-no-affinity`` / ``-sticky25`` / ``-50`` / ``-75`` / ``-200``: what ships, its
     ``prefix_affinity`` scorer removed or at another weight, nothing else changed."""
     shipped = build_policy("specroute-default", FLEET)
     scorers = shipped["routing"]["scorers"]
@@ -42,6 +42,7 @@ def test_the_affinity_variants_change_only_the_prefix_affinity_weight() -> None:
         ("specroute-no-affinity", []),
         ("specroute-sticky25", [0.25]),
         ("specroute-sticky50", [0.5]),
+        ("specroute-sticky75", [0.75]),
         ("specroute-sticky200", [2.0]),
     ):
         variant = build_policy(name, FLEET)
