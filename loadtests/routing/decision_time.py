@@ -5,7 +5,9 @@
         [--only cached|inline|recomputed]
         [--json PATH] [--digest]
 
-Target (issue 23): decision p99 under 50 microseconds with 64 backends, on a busy host.
+Targets: decision p99 under 50 microseconds with 64 backends, on a busy host (issue 23, the
+schema's built-in profile, ``--routing default``); under 60 with the shipped policy over a
+full prefix index (issue 40, ``--routing latency``).
 Measured in-process with time.perf_counter_ns around exactly what the request path runs:
 the classifier on the parsed body, then the scheduler's filters, break-even step, scorers
 and picker, and the route reason's kind; the route header's sentence (built when the
@@ -431,7 +433,11 @@ def digest(
     return seen.hexdigest()[:16], choices.hexdigest()[:16]
 
 
+# Decision p99 targets by routing: issue 23's for the schema's built-in profile (and the
+# profiles measured against it since), issue 40's for the shipped policy with the prefix
+# index full (its scorers read the prompt's chunks).
 TARGET_US = 50.0
+TARGETS_US = {"latency": 60.0}
 
 ROWS = {
     "classify_us": "classify",
@@ -486,9 +492,10 @@ def report(result: dict[str, Any]) -> list[str]:
     # classifier runs before it and is shown apart (and in the total). Wall time includes
     # being preempted by other processes on a shared machine; the thread's CPU time shows
     # what the decision itself costs.
-    wall = "met" if first["decision_us"]["p99"] < TARGET_US else "NOT met"
-    cpu = "met" if first["decision_cpu_us"]["p99"] < TARGET_US else "NOT met"
-    lines.append(f"  target: decision p99 < {TARGET_US:.0f} us: wall {wall}, CPU {cpu}")
+    target = TARGETS_US.get(result["routing"], TARGET_US)
+    wall = "met" if first["decision_us"]["p99"] < target else "NOT met"
+    cpu = "met" if first["decision_cpu_us"]["p99"] < target else "NOT met"
+    lines.append(f"  target: decision p99 < {target:.0f} us: wall {wall}, CPU {cpu}")
     result["target_met"] = wall == "met"
     result["target_met_cpu"] = cpu == "met"
     return lines
