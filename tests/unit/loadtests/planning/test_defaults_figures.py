@@ -191,3 +191,24 @@ def test_the_priority_point_judges_critical_requests_of_each_contender() -> None
     found = targets([marked])
     assert [t["met"] for t in found] == [False, True]
     assert "sheddable 50.0% served, 12 of 30 refused" in found[1]["figures"]
+
+
+def test_a_gain_the_best_static_leaves_no_room_for_is_said_with_its_ceiling() -> None:
+    figures = {
+        ROUND_ROBIN: {**fig(10.0), "served_share": 0.89},
+        LEAST_LOADED: {**fig(3.0), "served_share": 0.3},
+        SHED_ONLY: fig(11.3),
+        DEFAULT: {**fig(11.3), "served_share": 1.0},
+    }
+    found = targets([point("conversations", "prefix", "medium", figures)])
+    gain = next(t for t in found if "1.15x" in t["target"])
+    assert gain["met"] is False
+    assert gain["figures"] == (
+        "11.30 vs round-robin 10.00 req/s; about 1.12x at most: round-robin serves 89% "
+        "within objective"
+    )
+    # Where the best static leaves room for the factor, nothing is added.
+    figures[ROUND_ROBIN] = {**fig(10.0), "served_share": 0.5}
+    found = targets([point("conversations", "prefix", "medium", figures)])
+    gain = next(t for t in found if "1.15x" in t["target"])
+    assert gain["figures"] == "11.30 vs round-robin 10.00 req/s"
